@@ -1,0 +1,66 @@
+"""Helpers shared by the Spark jobs: sessions, atomic manifests, empty frames. No airflow imports."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+MANIFEST_NAME = "manifest.json"
+
+
+def get_session(app_name: str) -> SparkSession:
+    """The active session (tests share one) or a new one configured by spark-submit."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    return SparkSession.builder.appName(app_name).getOrCreate()
+
+
+def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return hpath, hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+
+
+def write_json_atomic(spark: SparkSession, path: str, payload: dict[str, Any]) -> None:
+    """Write JSON through Hadoop's FileSystem (any scheme Spark can write) as temp file + rename.
+
+    A reader sees the old manifest or the new one, never half of one.
+    """
+    text = json.dumps(payload, indent=2, sort_keys=True, default=str)
+    target, fs = _hadoop_path(spark, path)
+    tmp, _ = _hadoop_path(spark, f"{path}.tmp-{uuid.uuid4().hex}")
+    stream = fs.create(tmp, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+    if fs.exists(target):
+        fs.delete(target, False)
+    if not fs.rename(tmp, target):
+        raise OSError(f"could not rename {tmp} to {target}")
+
+
+def path_exists(spark: SparkSession, path: str) -> bool:
+    target, fs = _hadoop_path(spark, path)
+    return bool(fs.exists(target))
+
+
+def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    return spark.createDataFrame([], schema)
+
+
+def read_parquet_or_empty(spark: SparkSession, path: str | None, schema: StructType) -> DataFrame:
+    """The Parquet dataset at ``path`` with ``schema``'s columns, or an empty frame when there is none."""
+    if not path or not path_exists(spark, path):
+        return empty_frame(spark, schema)
+    df = spark.read.parquet(path)
+    missing = [f.name for f in schema.fields if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"dataset {path} lacks required columns {missing}; it has {df.columns}")
+    return df.select(*[df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])

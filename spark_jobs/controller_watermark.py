@@ -1,0 +1,716 @@
+"""Spark job: one controller-watermark round (Pravega), DataFrame-native.
+
+The rules are those of :mod:`airflow_provider_wm.core.controller` (the reference); a differential test feeds
+random rounds to both and requires identical results.
+
+Plan, chosen so that the marks are scanned once in the common case:
+
+1. *Fast path.* One scan tags every mark of the round (row-local sanity checks, no joins) and explodes
+   positions into a hash aggregation per ``(stream, writer, segment)`` of primitive columns only
+   (min/max time, min/max offset, min/max report time, mark count). The result has one row per writer
+   and segment, so everything after it is small.
+2. *Suspect writers.* From those aggregates and the stored state, a writer whose marks might be rejected
+   (earliest time below its stored time, lowest offset below a stored offset, unknown segment, shutdown
+   of an unknown writer) is a suspect. For every other writer, all sane marks are accepted, and the
+   aggregates are exactly what the rules need.
+3. *Exact path* (only when there are bad rows or suspects): a second scan keeps bad rows and the
+   suspects' marks, decides each mark exactly, writes the bad ones to the quarantine with their reason,
+   and re-aggregates the suspects' accepted marks.
+4. Writer states, participation, emission and the stream cut (upper bound by a self-join on overlapping
+   key ranges, completion by a join with the newest epoch's segments) run on the small frames.
+
+Outputs: the next controller state (``writers/``, ``streams/`` Parquet), the quarantine of bad and
+rejected marks with a ``reason``, and ``manifest.json`` written atomically last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DoubleType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from airflow_provider_wm.core.controller import (
+    STREAM_NAME_PATTERN,
+    MarkKind,
+    Quarantine,
+    Rejection,
+    StreamStatus,
+)
+from spark_jobs.common import (
+    MANIFEST_NAME,
+    get_session,
+    read_parquet_or_empty,
+    write_json_atomic,
+)
+
+POSITION = MapType(LongType(), LongType())
+
+MARKS_SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("writer_id", StringType()),
+        StructField("time_ms", LongType()),
+        StructField("position", POSITION),
+        StructField("kind", StringType()),
+        StructField("reported_at_ms", LongType()),
+    ]
+)
+SEGMENTS_SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("segment_id", LongType()),
+        StructField("key_start", DoubleType()),
+        StructField("key_end", DoubleType()),
+    ]
+)
+WRITERS_STATE_SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("writer_id", StringType()),
+        StructField("time_ms", LongType()),
+        StructField("position", POSITION),
+        StructField("alive", BooleanType()),
+        StructField("lagging_since_ms", LongType()),
+    ]
+)
+STREAMS_STATE_SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("first_mark_at_ms", LongType()),
+        StructField("wm_lower_ms", LongType()),
+        StructField("wm_upper_ms", LongType()),
+        StructField("wm_cut", POSITION),
+        StructField("wm_computed_at_ms", LongType()),
+    ]
+)
+
+VALUE, SHUTDOWN, DEFERRED = "VALUE", "SHUTDOWN", "DEFERRED"
+VALUE_KINDS = (MarkKind.NOTE.value, MarkKind.COMMIT.value)
+KEYS = ["stream", "writer_id"]
+#: Java regex of a whole valid stream name (``\z``: no trailing newline, as Python's fullmatch).
+STREAM_NAME_REGEX = f"^(?:{STREAM_NAME_PATTERN})\\z"
+WAITING_SAMPLE = 20
+
+
+@dataclass(frozen=True)
+class RoundArgs:
+    """Everything one round needs; the operator passes these on the spark-submit command line."""
+
+    controller: str
+    run_id: str
+    marks_path: str
+    segments_path: str
+    state_out: str
+    round_out: str
+    now_ms: int
+    writer_timeout_ms: int
+    initial_delay_ms: int
+    state_in: str | None = None
+    processed_until_ms: int | None = None
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def read_marks(spark: SparkSession, path: str) -> DataFrame:
+    return read_parquet_or_empty(spark, path, MARKS_SCHEMA)
+
+
+def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
+    """Valid segments and the number of invalid segment rows (bad range, bad id, conflicting definition)."""
+    raw = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).dropDuplicates()
+    sane = (
+        F.col("stream").isNotNull()
+        & (F.col("segment_id") >= 0)
+        & (F.col("key_start") >= 0.0)
+        & (F.col("key_start") < F.col("key_end"))
+        & (F.col("key_end") <= 1.0)
+    )
+    conflicting = raw.groupBy("stream", "segment_id").count().where("count > 1").drop("count")
+    valid = raw.where(sane).join(conflicting, ["stream", "segment_id"], "left_anti").localCheckpoint()
+    invalid = raw.count() - valid.count()
+    return valid, invalid
+
+
+def _row_local_reason() -> Column:
+    """The sanity checks that need nothing but the row itself, in the reference's order."""
+    value = F.col("kind").isin(*VALUE_KINDS)
+    offsets = F.map_values("position")
+    return (
+        F.when(
+            F.col("stream").isNull() | ~F.col("stream").rlike(STREAM_NAME_REGEX), Quarantine.INVALID_STREAM.value
+        )
+        .when(F.col("writer_id").isNull() | (F.col("writer_id") == ""), Quarantine.INVALID_WRITER.value)
+        .when(F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]), Quarantine.UNKNOWN_KIND.value)
+        .when(
+            F.col("reported_at_ms").isNull() | (F.col("reported_at_ms") < 0),
+            Quarantine.INVALID_REPORTED_AT.value,
+        )
+        .when(value & (F.col("time_ms").isNull() | (F.col("time_ms") < 0)), Quarantine.INVALID_TIME_VALUE.value)
+        .when(value & F.col("position").isNull(), Quarantine.MISSING_POSITION.value)
+        .when(
+            value
+            & (
+                (F.size(F.array_compact(offsets)) < F.size(offsets))
+                | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)
+            ),
+            Quarantine.NEGATIVE_OFFSET.value,
+        )
+    )
+
+
+def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> DataFrame:
+    """Marks of this round (and deferred ones) with a ``tag``: a row-local quarantine reason, VALUE,
+    SHUTDOWN, or DEFERRED for marks reported after ``now_ms`` (they wait for a later round)."""
+    reported = F.col("reported_at_ms")
+    after_previous = F.lit(True) if processed_until_ms is None else reported > F.lit(processed_until_ms)
+    in_round = reported.isNull() | ((reported <= F.lit(now_ms)) & after_previous)
+    deferred = reported > F.lit(now_ms)
+    kind_tag = F.when(F.col("kind") == MarkKind.SHUTDOWN.value, SHUTDOWN).otherwise(VALUE)
+    tag = F.when(deferred, DEFERRED).otherwise(F.coalesce(_row_local_reason(), kind_tag))
+    return marks.where(in_round | deferred).withColumn("tag", tag)
+
+
+def aggregate_marks(rows: DataFrame) -> DataFrame:
+    """Per ``(stream, writer_id, tag, segment_id)``: mark count and min/max of time, offset, report time.
+
+    Only VALUE rows are exploded; ``segment_id`` is null for other tags and for empty positions.
+    """
+    exploded = rows.select(
+        "stream",
+        "writer_id",
+        "tag",
+        "time_ms",
+        "reported_at_ms",
+        F.posexplode_outer(F.when(F.col("tag") == VALUE, F.col("position"))).alias(
+            "pos", "segment_id", "offset"
+        ),
+    )
+    first_row_of_mark = F.col("pos").isNull() | (F.col("pos") == 0)
+    return exploded.groupBy("stream", "writer_id", "tag", "segment_id").agg(
+        F.count(F.when(first_row_of_mark, 1)).alias("marks"),
+        F.min("time_ms").alias("min_time_ms"),
+        F.max("time_ms").alias("max_time_ms"),
+        F.min("offset").alias("min_offset"),
+        F.max("offset").alias("max_offset"),
+        F.min("reported_at_ms").alias("min_reported_at_ms"),
+        F.max("reported_at_ms").alias("max_reported_at_ms"),
+    )
+
+
+# ------------------------------------------------------------------------------------ suspects & exact
+
+
+def find_suspects(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
+    """Writers for which "every sane mark is accepted" might not hold; see the module docstring."""
+    value = groups.where(F.col("tag") == VALUE)
+    unknown_segment = (
+        value.where(F.col("segment_id").isNotNull())
+        .join(segments.select("stream", "segment_id"), ["stream", "segment_id"], "left_anti")
+        .select(*KEYS)
+    )
+    earliest = value.groupBy(*KEYS).agg(F.min("min_time_ms").alias("earliest"))
+    time_back = (
+        earliest.join(writers0.select(*KEYS, "time_ms"), KEYS)
+        .where(F.col("earliest") < F.col("time_ms"))
+        .select(*KEYS)
+    )
+    stored_offsets = writers0.select(*KEYS, F.explode("position").alias("segment_id", "stored_offset"))
+    position_back = (
+        value.join(stored_offsets, [*KEYS, "segment_id"])
+        .where(F.col("min_offset") < F.col("stored_offset"))
+        .select(*KEYS)
+    )
+    unknown_writer = (
+        groups.where(F.col("tag") == SHUTDOWN)
+        .select(*KEYS)
+        .join(writers0.select(*KEYS), KEYS, "left_anti")
+        .join(value.select(*KEYS), KEYS, "left_anti")
+    )
+    return unknown_segment.union(time_back).union(position_back).union(unknown_writer).distinct()
+
+
+def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
+    """Each candidate mark with its final ``reason`` (null: accepted). Uses joins and a higher-order
+    function, so it only runs on bad rows and suspect writers' marks."""
+    known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
+    stored = writers0.select(
+        *KEYS, F.col("time_ms").alias("stored_time_ms"), F.col("position").alias("stored_position")
+    )
+    rows = candidates.join(F.broadcast(known), "stream", "left").join(F.broadcast(stored), KEYS, "left")
+    value = F.col("tag") == VALUE
+    unknown_segment = (
+        F.size(
+            F.array_except(
+                F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType())))
+            )
+        )
+        > 0
+    )
+    goes_back = F.exists(
+        F.map_entries("position"),
+        lambda e: e["value"] < F.coalesce(F.element_at(F.col("stored_position"), e["key"]), F.lit(-1)),
+    )
+    reason = (
+        F.when(~F.col("tag").isin(VALUE, SHUTDOWN), F.col("tag"))
+        .when(value & unknown_segment, Quarantine.UNKNOWN_SEGMENT.value)
+        .when(
+            value & F.col("stored_time_ms").isNotNull() & (F.col("time_ms") < F.col("stored_time_ms")),
+            Rejection.INVALID_TIME.value,
+        )
+        .when(value & F.col("stored_position").isNotNull() & goes_back, Rejection.INVALID_POSITION.value)
+    )
+    decided = rows.withColumn("reason", reason)
+    known_writers = (
+        decided.where(value & F.col("reason").isNull())
+        .select(*KEYS)
+        .union(writers0.select(*KEYS))
+        .distinct()
+        .withColumn("known_writer", F.lit(True))
+    )
+    unknown_writer = (F.col("tag") == SHUTDOWN) & F.col("known_writer").isNull()
+    return (
+        decided.join(known_writers, KEYS, "left")
+        .withColumn(
+            "reason", F.when(unknown_writer, Rejection.UNKNOWN_WRITER.value).otherwise(F.col("reason"))
+        )
+        .drop("known_segments", "stored_time_ms", "stored_position", "known_writer")
+    )
+
+
+# ------------------------------------------------------------------------------------------ stream cut
+
+
+def upper_bound(entries: DataFrame, segments: DataFrame) -> DataFrame:
+    """``(stream, segment_id, offset)`` -> highest offset per segment, minus segments with a successor."""
+    highest = entries.groupBy("stream", "segment_id").agg(F.max("offset").alias("offset"))
+    ranged = highest.join(segments, ["stream", "segment_id"])
+    a, b = ranged.alias("a"), ranged.alias("b")
+    superseded = a.join(
+        b,
+        (F.col("a.stream") == F.col("b.stream"))
+        & (F.col("b.segment_id") > F.col("a.segment_id"))
+        & (F.col("b.key_start") < F.col("a.key_end"))
+        & (F.col("b.key_end") > F.col("a.key_start")),
+        "left_semi",
+    )
+    return ranged.join(superseded.select("stream", "segment_id"), ["stream", "segment_id"], "left_anti")
+
+
+def missing_ranges(cut: DataFrame, streams: DataFrame) -> DataFrame:
+    """``(stream, gap_start, gap_end)``: key ranges of ``[0, 1)`` the cut leaves uncovered."""
+    before = Window.partitionBy("stream").orderBy("key_start", "key_end").rowsBetween(Window.unboundedPreceding, -1)
+    reached = F.coalesce(F.max("key_end").over(before), F.lit(0.0))
+    inner = (
+        cut.select("stream", "key_start", reached.alias("reached"))
+        .where(F.col("key_start") > F.col("reached"))
+        .select("stream", F.col("reached").alias("gap_start"), F.col("key_start").alias("gap_end"))
+    )
+    tail = (
+        streams.join(cut.groupBy("stream").agg(F.max("key_end").alias("end")), "stream", "left")
+        .select("stream", F.coalesce("end", F.lit(0.0)).alias("gap_start"), F.lit(1.0).alias("gap_end"))
+        .where(F.col("gap_start") < 1.0)
+    )
+    return inner.unionByName(tail)
+
+
+def _epoch(col: str) -> Column:
+    return F.shiftright(F.col(col), 32)
+
+
+def complete_cuts(cut: DataFrame, streams: DataFrame, segments: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Fill gaps with the newest epoch's segments at offset 0, as ``core.segments.complete_cut``.
+
+    Returns the completed cut and the streams whose cut still has a gap.
+    """
+    max_rounds = segments.groupBy("stream").count().agg(F.max("count")).first()
+    limit = int((max_rounds[0] if max_rounds and max_rounds[0] else 0)) + 1
+    oldest = segments.groupBy("stream").agg(F.min(_epoch("segment_id")).alias("oldest_epoch"))
+    cut = cut.localCheckpoint()
+    for _ in range(limit):
+        gaps = missing_ranges(cut, streams).localCheckpoint()
+        if gaps.isEmpty():
+            return cut, gaps.select("stream")
+        newest = cut.groupBy("stream").agg(F.max(_epoch("segment_id")).alias("newest_epoch"))
+        epochs = (
+            gaps.select("stream")
+            .distinct()
+            .join(newest, "stream", "left")
+            .join(oldest, "stream", "left")
+            .select("stream", F.coalesce("newest_epoch", "oldest_epoch").alias("epoch"))
+            .where(F.col("epoch").isNotNull())
+        )
+        born = segments.join(epochs, "stream").where(_epoch("segment_id") <= F.col("epoch"))
+        a, b = born.alias("a"), born.alias("b")
+        active = a.join(
+            b,
+            (F.col("a.stream") == F.col("b.stream"))
+            & (F.col("b.segment_id") > F.col("a.segment_id"))
+            & (F.col("b.key_start") < F.col("a.key_end"))
+            & (F.col("b.key_end") > F.col("a.key_start")),
+            "left_anti",
+        )
+        g = gaps.alias("g")
+        fill = (
+            active.alias("s")
+            .join(
+                g,
+                (F.col("s.stream") == F.col("g.stream"))
+                & (F.col("s.key_start") < F.col("g.gap_end"))
+                & (F.col("s.key_end") > F.col("g.gap_start")),
+                "left_semi",
+            )
+            .select("stream", "segment_id")
+            .join(cut.select("stream", "segment_id"), ["stream", "segment_id"], "left_anti")
+            .distinct()
+        )
+        if fill.isEmpty():
+            return cut, gaps.select("stream").distinct()
+        entries = cut.select("stream", "segment_id", "offset").unionByName(
+            fill.withColumn("offset", F.lit(0).cast(LongType()))
+        )
+        cut = upper_bound(entries, segments).localCheckpoint()
+    return cut, missing_ranges(cut, streams).select("stream").distinct()
+
+
+# ------------------------------------------------------------------------------------------ the round
+
+
+def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
+    """Compute one round, write the state and the quarantine, and return the manifest (not yet written)."""
+    started = time.time()
+    now = F.lit(args.now_ms)
+    segments, invalid_segments = read_segments(spark, args.segments_path)
+    writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA).localCheckpoint()
+    streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA).localCheckpoint()
+
+    tagged = tag_marks(read_marks(spark, args.marks_path), args.now_ms, args.processed_until_ms)
+    groups = aggregate_marks(tagged).localCheckpoint()
+    suspects = find_suspects(groups, writers0, segments).localCheckpoint()
+    row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED))
+    deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks")).first()
+    n_suspects, n_row_local_bad = suspects.count(), row_local_bad.count()
+
+    final_groups = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
+    seen = final_groups.select(*KEYS)
+    reason_counts: list[Any] = []
+    if n_suspects or n_row_local_bad:
+        flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left")
+        candidates = flagged.where(
+            ~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | F.col("suspect").isNotNull()
+        ).drop("suspect")
+        decided = decide_exactly(candidates, writers0, segments).localCheckpoint()
+        bad = decided.where(F.col("reason").isNotNull())
+        category = F.when(F.col("reason").isin(*[r.value for r in Rejection]), "rejected").otherwise("quarantined")
+        bad.select(*MARKS_SCHEMA.fieldNames(), "reason", category.alias("category")).write.mode("overwrite").parquet(
+            f"{args.round_out}/quarantine"
+        )
+        reason_counts = bad.groupBy("stream", "reason").count().collect()
+        accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
+        final_groups = final_groups.join(suspects, KEYS, "left_anti").unionByName(aggregate_marks(accepted_exact))
+        rejected = [r.value for r in Rejection]
+        seen = final_groups.select(*KEYS).union(
+            decided.where(
+                F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
+            ).select(*KEYS)
+        )
+    final_groups = final_groups.localCheckpoint()
+
+    # Writers: largest accepted time counts; its segments at the round's highest offsets.
+    value = final_groups.where(F.col("tag") == VALUE)
+    per_writer = value.groupBy(*KEYS).agg(
+        F.max("max_time_ms").alias("new_time_ms"),
+        F.sum("marks").alias("accepted_marks"),
+        F.min("min_reported_at_ms").alias("first_reported_at_ms"),
+        F.max("max_reported_at_ms").alias("last_value_at_ms"),
+    )
+    top_position = (
+        value.join(per_writer.select(*KEYS, "new_time_ms"), KEYS)
+        .where(F.col("segment_id").isNotNull() & (F.col("max_time_ms") == F.col("new_time_ms")))
+        .groupBy(*KEYS)
+        .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "max_offset"))).alias("new_position"))
+    )
+    shutdowns = (
+        final_groups.where(F.col("tag") == SHUTDOWN)
+        .groupBy(*KEYS)
+        .agg(F.max("max_reported_at_ms").alias("last_shutdown_at_ms"))
+    )
+    merged = (
+        writers0.join(per_writer, KEYS, "full")
+        .join(top_position, KEYS, "left")
+        .join(shutdowns, KEYS, "left")
+        .where(F.col("time_ms").isNotNull() | F.col("new_time_ms").isNotNull())
+    )
+    has_new = F.col("new_time_ms").isNotNull()
+    stopped = F.col("last_shutdown_at_ms").isNotNull() & (
+        F.col("last_value_at_ms").isNull() | (F.col("last_shutdown_at_ms") >= F.col("last_value_at_ms"))
+    )
+    writers = merged.select(
+        *KEYS,
+        F.coalesce("new_time_ms", "time_ms").alias("time_ms"),
+        F.when(has_new, F.coalesce("new_position", F.create_map().cast(POSITION)))
+        .otherwise(F.col("position"))
+        .alias("position"),
+        F.when(stopped, F.lit(False))
+        .when(F.col("last_value_at_ms").isNotNull(), F.lit(True))
+        .otherwise(F.coalesce("alive", F.lit(True)))
+        .alias("alive"),
+        F.col("lagging_since_ms").alias("lagging_since_0"),
+    )
+
+    # Participation and writer timeout.
+    prev = streams0.select("stream", "wm_lower_ms")
+    participating = F.col("wm_lower_ms").isNull() | (F.col("time_ms") > F.col("wm_lower_ms"))
+    since = F.coalesce("lagging_since_0", now)
+    judged = writers.join(prev, "stream", "left").select(
+        *KEYS,
+        "time_ms",
+        "position",
+        "alive",
+        participating.alias("participating"),
+        F.when(participating, F.lit(None).cast(LongType())).otherwise(since).alias("lagging_since_ms"),
+        (participating | (F.col("alive") & (now - since < F.lit(args.writer_timeout_ms)))).alias("active"),
+    )
+    active = judged.where("active").localCheckpoint()
+    new_writers = active.select(*WRITERS_STATE_SCHEMA.fieldNames())
+
+    # Streams: which exist, their first mark, and what each one emits.
+    valid_streams_in_reasons = spark.createDataFrame(
+        [(r["stream"],) for r in reason_counts if r["reason"] != Quarantine.INVALID_STREAM.value],
+        "stream string",
+    )
+    streams = (
+        streams0.select("stream")
+        .union(seen.select("stream"))
+        .union(valid_streams_in_reasons)
+        .distinct()
+    )
+    first_marks = per_writer.groupBy("stream").agg(F.min("first_reported_at_ms").alias("first_in_round"))
+    by_stream = active.groupBy("stream").agg(
+        F.count("*").alias("active_writers"),
+        F.min("time_ms").alias("lower_ms"),
+        F.max("time_ms").alias("upper_ms"),
+        F.sort_array(F.collect_list(F.when(~F.col("participating"), F.col("writer_id")))).alias("waiting"),
+    )
+    counts = (
+        seen.distinct()
+        .groupBy("stream")
+        .agg(F.count("*").alias("writers_seen"))
+        .join(per_writer.groupBy("stream").agg(F.sum("accepted_marks").alias("marks_accepted")), "stream", "full")
+    )
+    first_mark = F.least("first_mark_at_ms", "first_in_round")
+    n_waiting = F.size("waiting")
+    status = (
+        F.when(F.coalesce("active_writers", F.lit(0)) == 0, StreamStatus.NO_ACTIVE_WRITERS.value)
+        .when(
+            first_mark.isNull() | (now - first_mark < F.lit(args.initial_delay_ms)),
+            StreamStatus.INITIAL_DELAY.value,
+        )
+        .when(n_waiting > 0, StreamStatus.WAITING_FOR_WRITERS.value)
+        .when(
+            F.col("wm_lower_ms").isNotNull() & (F.col("lower_ms") <= F.col("wm_lower_ms")),
+            StreamStatus.TIME_NOT_ADVANCED.value,
+        )
+        .otherwise(StreamStatus.EMITTED.value)
+    )
+    decisions = (
+        streams.join(streams0, "stream", "left")
+        .join(first_marks, "stream", "left")
+        .join(by_stream, "stream", "left")
+        .join(counts, "stream", "left")
+        .select("*", first_mark.alias("first_mark"), status.alias("status"))
+        .localCheckpoint()
+    )
+    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select("stream").localCheckpoint()
+
+    entries = (
+        active.join(emitted, "stream", "left_semi")
+        .select("stream", F.explode("position").alias("segment_id", "offset"))
+        .unionByName(
+            streams0.join(emitted, "stream", "left_semi").select(
+                "stream", F.explode("wm_cut").alias("segment_id", "offset")
+            )
+        )
+    )
+    cut, incomplete = complete_cuts(upper_bound(entries, segments), emitted, segments)
+    cut_maps = cut.groupBy("stream").agg(
+        F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut")
+    )
+    is_emitted = F.col("status") == StreamStatus.EMITTED.value
+    result = (
+        decisions.join(cut_maps, "stream", "left")
+        .join(incomplete.distinct().withColumn("incomplete", F.lit(True)), "stream", "left")
+        .select(
+            "stream",
+            "status",
+            "first_mark",
+            F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
+            F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
+            F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
+            F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
+            F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
+            F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
+            F.when(is_emitted, F.coalesce("cut", F.create_map().cast(POSITION)))
+            .otherwise(F.col("wm_cut"))
+            .alias("wm_cut"),
+            F.when(is_emitted, now).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+            F.when(is_emitted, F.col("incomplete").isNull()).otherwise(True).alias("cut_complete"),
+        )
+        .localCheckpoint()
+    )
+
+    new_writers.write.mode("overwrite").parquet(f"{args.state_out}/writers")
+    result.select(
+        "stream",
+        F.col("first_mark").alias("first_mark_at_ms"),
+        "wm_lower_ms",
+        "wm_upper_ms",
+        "wm_cut",
+        "wm_computed_at_ms",
+    ).write.mode("overwrite").parquet(f"{args.state_out}/streams")
+
+    return _manifest(args, result.collect(), reason_counts, deferred, invalid_segments, started)
+
+
+def _manifest(
+    args: RoundArgs,
+    rows: Sequence[Any],
+    reason_counts: Sequence[Any],
+    deferred: Any,
+    invalid_segments: int,
+    started: float,
+) -> dict[str, Any]:
+    per_stream: dict[str, dict[str, int]] = {}
+    totals: dict[str, int] = {}
+    for row in reason_counts:
+        totals[row["reason"]] = totals.get(row["reason"], 0) + int(row["count"])
+        if row["reason"] != Quarantine.INVALID_STREAM.value:
+            per_stream.setdefault(row["stream"], {})[row["reason"]] = int(row["count"])
+    rejected_reasons = {r.value for r in Rejection}
+    streams: dict[str, Any] = {}
+    for row in sorted(rows, key=lambda r: r["stream"]):
+        reasons = per_stream.get(row["stream"], {})
+        emitted = row["status"] == StreamStatus.EMITTED.value
+        streams[row["stream"]] = {
+            "status": row["status"],
+            "writers_seen": int(row["writers_seen"]),
+            "active_writers": int(row["active_writers"]),
+            "marks_accepted": int(row["marks_accepted"]),
+            "rejected": {k: v for k, v in sorted(reasons.items()) if k in rejected_reasons},
+            "quarantined": {k: v for k, v in sorted(reasons.items()) if k not in rejected_reasons},
+            "waiting_for": list(row["waiting"])[:WAITING_SAMPLE],
+            "waiting_count": len(row["waiting"]),
+            "watermark": _watermark(row) if emitted else None,
+            "previous_watermark": None if emitted else _watermark(row),
+            "cut_complete": row["cut_complete"],
+        }
+    return {
+        "status": "succeeded",
+        "job": "controller_watermark",
+        "args": asdict(args),
+        "processed_from_ms": args.processed_until_ms,
+        "processed_until_ms": args.now_ms,
+        "state_path": args.state_out,
+        "quarantine_path": f"{args.round_out}/quarantine" if reason_counts else None,
+        "totals": {
+            "rejected": {k: v for k, v in sorted(totals.items()) if k in rejected_reasons},
+            "quarantined": {k: v for k, v in sorted(totals.items()) if k not in rejected_reasons},
+            "deferred_marks": int(deferred[0] or 0) if deferred else 0,
+            "invalid_segments": invalid_segments,
+            "streams": len(streams),
+            "watermarks_emitted": sum(1 for s in streams.values() if s["watermark"]),
+        },
+        "streams": streams,
+        "duration_s": round(time.time() - started, 3),
+    }
+
+
+def _watermark(row: Any) -> dict[str, Any] | None:
+    if row["wm_lower_ms"] is None:
+        return None
+    return {
+        "stream": row["stream"],
+        "lower_ms": int(row["wm_lower_ms"]),
+        "upper_ms": int(row["wm_upper_ms"]),
+        "stream_cut": {str(k): int(v) for k, v in sorted((row["wm_cut"] or {}).items())},
+        "computed_at_ms": int(row["wm_computed_at_ms"]),
+    }
+
+
+def _join(base: str | None, name: str) -> str | None:
+    return None if not base else f"{base.rstrip('/')}/{name}"
+
+
+# ------------------------------------------------------------------------------------------ entry point
+
+
+def parse_args(argv: Sequence[str]) -> RoundArgs:
+    parser = argparse.ArgumentParser(description="One controller-watermark round")
+    parser.add_argument("--controller", required=True)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--marks", required=True)
+    parser.add_argument("--segments", required=True)
+    parser.add_argument("--state-in")
+    parser.add_argument("--state-out", required=True)
+    parser.add_argument("--round-out", required=True)
+    parser.add_argument("--now-ms", type=int, required=True)
+    parser.add_argument("--processed-until-ms", type=int)
+    parser.add_argument("--writer-timeout-ms", type=int, required=True)
+    parser.add_argument("--initial-delay-ms", type=int, required=True)
+    ns = parser.parse_args(list(argv))
+    return RoundArgs(
+        controller=ns.controller,
+        run_id=ns.run_id,
+        marks_path=ns.marks,
+        segments_path=ns.segments,
+        state_in=ns.state_in,
+        state_out=ns.state_out,
+        round_out=ns.round_out,
+        now_ms=ns.now_ms,
+        processed_until_ms=ns.processed_until_ms,
+        writer_timeout_ms=ns.writer_timeout_ms,
+        initial_delay_ms=ns.initial_delay_ms,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    spark = get_session(f"wm-controller-{args.controller}")
+    manifest_path = f"{args.round_out}/{MANIFEST_NAME}"
+    try:
+        manifest = run_round(spark, args)
+    except Exception as exc:
+        write_json_atomic(
+            spark,
+            manifest_path,
+            {
+                "status": "failed",
+                "job": "controller_watermark",
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=20),
+            },
+        )
+        raise
+    write_json_atomic(spark, manifest_path, manifest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Build the job's Parquet inputs from core objects and read its outputs back into core objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_wm.core.controller import (
+    ControllerState,
+    StreamState,
+    Watermark,
+    WriterMark,
+    WriterState,
+)
+from airflow_provider_wm.core.segments import Segment
+from spark_jobs.controller_watermark import (
+    MARKS_SCHEMA,
+    SEGMENTS_SCHEMA,
+    STREAMS_STATE_SCHEMA,
+    WRITERS_STATE_SCHEMA,
+)
+
+# Three segments of epoch 0 over [0, 1/3), [1/3, 2/3), [2/3, 1): the issue's worked example.
+THIRDS = [Segment(0, 0.0, 1 / 3), Segment(1, 1 / 3, 2 / 3), Segment(2, 2 / 3, 1.0)]
+
+
+def mark(
+    writer: str,
+    time_ms: int | None,
+    position: Mapping[int, int | None] | None,
+    *,
+    stream: str | None = "s",
+    kind: str | None = "note",
+    reported_at_ms: int | None = 1_000,
+) -> WriterMark:
+    return WriterMark(stream, writer, time_ms, position, kind, reported_at_ms)
+
+
+def write_marks(spark: Any, marks: Iterable[WriterMark], path: Path) -> str:
+    rows = [
+        (m.stream, m.writer_id, m.time_ms, None if m.position is None else dict(m.position), m.kind, m.reported_at_ms)
+        for m in marks
+    ]
+    spark.createDataFrame(rows, MARKS_SCHEMA).write.mode("overwrite").parquet(str(path))
+    return str(path)
+
+
+def write_segments(spark: Any, segments: Mapping[str, Iterable[Segment]], path: Path) -> str:
+    rows = [(stream, s.segment_id, s.key_start, s.key_end) for stream, segs in segments.items() for s in segs]
+    spark.createDataFrame(rows, SEGMENTS_SCHEMA).write.mode("overwrite").parquet(str(path))
+    return str(path)
+
+
+def read_state(spark: Any, path: str, processed_until_ms: int | None) -> ControllerState:
+    writers: dict[str, dict[str, WriterState]] = {}
+    for r in spark.read.schema(WRITERS_STATE_SCHEMA).parquet(f"{path}/writers").collect():
+        writers.setdefault(r["stream"], {})[r["writer_id"]] = WriterState(
+            time_ms=r["time_ms"],
+            position=dict(r["position"] or {}),
+            alive=r["alive"],
+            lagging_since_ms=r["lagging_since_ms"],
+        )
+    streams: dict[str, StreamState] = {}
+    for r in spark.read.schema(STREAMS_STATE_SCHEMA).parquet(f"{path}/streams").collect():
+        wm = None
+        if r["wm_lower_ms"] is not None:
+            wm = Watermark(r["stream"], r["wm_lower_ms"], r["wm_upper_ms"], dict(r["wm_cut"] or {}), r["wm_computed_at_ms"])
+        streams[r["stream"]] = StreamState(r["first_mark_at_ms"], wm, writers.get(r["stream"], {}))
+    return ControllerState(streams=streams, processed_until_ms=processed_until_ms)
+
+
+def watermark_from_manifest(entry: Mapping[str, Any] | None) -> Watermark | None:
+    if not entry:
+        return None
+    return Watermark(
+        entry["stream"],
+        entry["lower_ms"],
+        entry["upper_ms"],
+        {int(k): v for k, v in entry["stream_cut"].items()},
+        entry["computed_at_ms"],
+    )
+
+
+def run_spark_round(
+    spark: Any,
+    workdir: Path,
+    marks: Iterable[WriterMark],
+    segments: Mapping[str, Iterable[Segment]],
+    *,
+    now_ms: int,
+    state_in: str | None = None,
+    processed_until_ms: int | None = None,
+    writer_timeout_ms: int = 600_000,
+    initial_delay_ms: int = 0,
+    round_name: str = "r",
+) -> tuple[dict[str, Any], str]:
+    """Run the job's round in-process on the shared session; returns (manifest, state path)."""
+    from spark_jobs.controller_watermark import RoundArgs, run_round
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    args = RoundArgs(
+        controller="test",
+        run_id=round_name,
+        marks_path=write_marks(spark, marks, workdir / f"{round_name}-marks"),
+        segments_path=write_segments(spark, segments, workdir / f"{round_name}-segments"),
+        state_in=state_in,
+        state_out=str(workdir / f"{round_name}-state"),
+        round_out=str(workdir / f"{round_name}-out"),
+        now_ms=now_ms,
+        processed_until_ms=processed_until_ms,
+        writer_timeout_ms=writer_timeout_ms,
+        initial_delay_ms=initial_delay_ms,
+    )
+    return run_round(spark, args), args.state_out
