@@ -413,9 +413,8 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     reason_counts: list[Any] = []
     if n_suspects or n_row_local_bad:
         flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left")
-        candidates = flagged.where(
-            ~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | F.col("suspect").isNotNull()
-        ).drop("suspect")
+        suspect_mark = F.col("suspect").isNotNull() & F.col("tag").isin(VALUE, SHUTDOWN)
+        candidates = flagged.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark).drop("suspect")
         decided = decide_exactly(candidates, writers0, segments).localCheckpoint()
         bad = decided.where(F.col("reason").isNotNull())
         category = F.when(F.col("reason").isin(*[r.value for r in Rejection]), "rejected").otherwise("quarantined")

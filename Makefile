@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine (see README): `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_provider_wm.demo
+
+test: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/controller_watermark.py
+
+clean:
+	rm -rf .demo build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

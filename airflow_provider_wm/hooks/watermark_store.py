@@ -1,0 +1,193 @@
+"""The watermark store: where watermarks are published and where sensors read them.
+
+Layout under a base path (a local directory or any fsspec URL, e.g. ``s3://bucket/wm``)::
+
+    streams/<stream>/latest.json              the newest watermark: one small file, read in O(1)
+    streams/<stream>/log/<computed>-<lower>.json   append-only history, one file per watermark
+    controllers/<controller>/state/<round>/   controller state versions written by the Spark job
+    controllers/<controller>/rounds/<round>/  each round's manifest and quarantine
+
+A watermark record is ``{stream, wm_key, lower_ms, upper_ms, stream_cut, computed_at_ms, run_id, ...}``.
+
+Writes are monotone: :meth:`WatermarkStoreHook.publish` never writes a watermark whose ``lower_ms`` is not
+higher than the latest one; it logs and ignores it. On a local file system the read-compare-write runs
+under an exclusive file lock, so two concurrent publishers cannot regress ``latest``. Object stores have no
+locks: there the operator's one-run-at-a-time rule is what keeps writers from racing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import fsspec
+
+from airflow_provider_wm.core.controller import is_valid_stream_name
+
+try:  # Airflow is present wherever the hook runs as a hook; the class also works without it.
+    from airflow.sdk import BaseHook
+except ImportError:  # pragma: no cover - exercised only outside Airflow
+    BaseHook = object  # type: ignore[misc,assignment]
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WatermarkStoreHook", "validate_name"]
+
+
+def validate_name(value: object, argument: str) -> str:
+    """Names (streams, controllers) become path components: reject anything that could escape the store."""
+    if not is_valid_stream_name(value):
+        raise ValueError(
+            f"{argument}={value!r} is not a valid name: use letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (at most 200 characters)"
+        )
+    return str(value)
+
+
+class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
+    """Read and publish watermarks under ``base_path``.
+
+    :param base_path: local directory or fsspec URL of the store. When omitted, the ``wm_store``
+        connection ``wm_store_conn_id`` gives it (its host, or ``extra.base_path``).
+    :param storage_options: fsspec options (credentials, endpoint) for remote stores.
+    :param wm_store_conn_id: connection of type ``wm_store`` holding the base path and options.
+    """
+
+    conn_name_attr = "wm_store_conn_id"
+    default_conn_name = "wm_store_default"
+    conn_type = "wm_store"
+    hook_name = "Watermark store"
+
+    def __init__(
+        self,
+        base_path: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        wm_store_conn_id: str | None = None,
+    ) -> None:
+        if BaseHook is not object:
+            super().__init__()
+        options = dict(storage_options or {})
+        if not base_path:
+            if not wm_store_conn_id:
+                raise ValueError("WatermarkStoreHook needs base_path or wm_store_conn_id")
+            conn = self.get_connection(wm_store_conn_id)
+            extra = conn.extra_dejson
+            base_path = extra.get("base_path") or conn.host
+            options = {**extra.get("storage_options", {}), **options}
+            if not base_path:
+                raise ValueError(f"connection {wm_store_conn_id!r} has no host or extra.base_path")
+        self.base_path = str(base_path).rstrip("/")
+        self.storage_options = options
+        self.fs, self.root = fsspec.core.url_to_fs(self.base_path, **options)
+        self._local = "file" in (self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,))
+
+    # ------------------------------------------------------------------------------------------- paths
+
+    def url(self, *parts: str) -> str:
+        """A URL under the store, usable by Spark (``file://`` paths stay plain local paths)."""
+        return "/".join([self.base_path, *parts])
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def stream_path(self, stream: str, *parts: str) -> str:
+        return self._path("streams", validate_name(stream, "stream"), *parts)
+
+    def controller_url(self, controller: str, *parts: str) -> str:
+        return self.url("controllers", validate_name(controller, "controller"), *parts)
+
+    # ------------------------------------------------------------------------------------------- reads
+
+    def read_latest(self, stream: str) -> dict[str, Any] | None:
+        """The newest watermark of ``stream`` (one small read), or ``None`` before the first one."""
+        return self._read_json(self.stream_path(stream, "latest.json"))
+
+    def read_history(self, stream: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The stream's watermark log, oldest first; the last ``limit`` entries when given."""
+        log_dir = self.stream_path(stream, "log")
+        if not self.fs.exists(log_dir):
+            return []
+        names = sorted(p for p in self.fs.ls(log_dir, detail=False) if str(p).endswith(".json"))
+        if limit is not None:
+            names = names[-limit:]
+        return [record for name in names if (record := self._read_json(str(name))) is not None]
+
+    def read_json_url(self, url: str) -> dict[str, Any] | None:
+        """Read a JSON document at an absolute URL or path (e.g. a job's manifest)."""
+        fs, path = fsspec.core.url_to_fs(url, **self.storage_options)
+        if not fs.exists(path):
+            return None
+        with fs.open(path, "rb") as handle:
+            return dict(json.loads(handle.read().decode("utf-8")))
+
+    def _read_json(self, path: str) -> dict[str, Any] | None:
+        try:
+            with self.fs.open(path, "rb") as handle:
+                return dict(json.loads(handle.read().decode("utf-8")))
+        except FileNotFoundError:
+            return None
+
+    # ------------------------------------------------------------------------------------------ writes
+
+    def publish(self, record: Mapping[str, Any]) -> bool:
+        """Monotone write of a watermark: append it to the log and make it ``latest``.
+
+        Returns False (and logs) when ``record.lower_ms`` is not above the latest lower bound: a watermark
+        never goes backwards. Publishing the same record twice is harmless (same log file name).
+        """
+        stream = validate_name(record.get("stream"), "record['stream']")
+        lower = record.get("lower_ms")
+        if not isinstance(lower, int):
+            raise ValueError(f"record['lower_ms'] must be an int of epoch milliseconds, got {lower!r}")
+        payload = {**record, "published_at_ms": int(time.time() * 1000)}
+        with self._stream_lock(stream):
+            latest = self.read_latest(stream)
+            if latest is not None and lower <= int(latest["lower_ms"]):
+                log.warning(
+                    "Watermark of stream %s not written: lower_ms=%s is not above the latest %s",
+                    stream,
+                    lower,
+                    latest["lower_ms"],
+                )
+                return False
+            name = f"{int(record.get('computed_at_ms', 0)):015d}-{lower:015d}.json"
+            self._write_atomic(self.stream_path(stream, "log", name), payload)
+            self._write_atomic(self.stream_path(stream, "latest.json"), payload)
+        log.info("Published watermark of stream %s: lower_ms=%s", stream, lower)
+        return True
+
+    def _write_atomic(self, path: str, payload: Mapping[str, Any]) -> None:
+        data = json.dumps(payload, sort_keys=True).encode("utf-8")
+        parent = path.rsplit("/", 1)[0]
+        self.fs.makedirs(parent, exist_ok=True)
+        if self._local:
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        else:  # an object-store PUT is atomic
+            self.fs.pipe_file(path, data)
+
+    @contextlib.contextmanager
+    def _stream_lock(self, stream: str) -> Iterator[None]:
+        if not self._local:
+            yield
+            return
+        import fcntl
+
+        directory = self.stream_path(stream)
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, ".lock"), "a+") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
