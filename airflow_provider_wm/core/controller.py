@@ -308,12 +308,17 @@ def run_round(
     now_ms: int,
     config: ControllerConfig,
 ) -> RoundResult:
-    """One controller round at logical time ``now_ms``; pure: ``state`` is not modified."""
+    """One controller round at logical time ``now_ms``; pure: ``state`` is not modified.
+
+    Running the round that produced ``state`` again (same ``now_ms``) returns ``state`` unchanged.
+    """
     if state.processed_until_ms is not None and now_ms < state.processed_until_ms:
         raise ValueError(
             f"now_ms={now_ms} is before the state's processed_until_ms={state.processed_until_ms}: "
             "rounds must not go back in time"
         )
+    if state.processed_until_ms == now_ms:  # this round already ran: a re-run changes nothing
+        return RoundResult(state=state, reports={}, quarantined=[], rejected=[], deferred_marks=0)
     quarantined: list[tuple[WriterMark, Quarantine]] = []
     rejected: list[tuple[WriterMark, Rejection]] = []
     per_writer: dict[str, dict[str, _WriterRound]] = defaultdict(lambda: defaultdict(_WriterRound))
