@@ -36,9 +36,7 @@ def to_epoch_ms(value: Any, argument: str) -> int:
         try:
             parsed = pendulum.parse(text)
         except Exception as exc:
-            raise ValueError(
-                f"{argument}={value!r} is not an ISO-8601 date-time or epoch milliseconds"
-            ) from exc
+            raise ValueError(f"{argument}={value!r} is not an ISO-8601 date-time or epoch milliseconds") from exc
         if not isinstance(parsed, dt.datetime):
             raise ValueError(f"{argument}={value!r} is not a date-time")
         return int(parsed.timestamp() * 1000)

@@ -16,7 +16,7 @@ Connections and paths:
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, task
 
@@ -29,7 +29,7 @@ STORE = f"{BASE}/store"
 with DAG(
     dag_id="example_stream_watermark",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 5, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 5, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     tags=["example", "watermark"],
@@ -58,7 +58,7 @@ with DAG(
     @task
     def use_watermark(watermark: dict) -> str:
         """Downstream work that needs the whole interval: here it just reports the watermark it got."""
-        lower = datetime.fromtimestamp(watermark["lower_ms"] / 1000, tz=timezone.utc)
+        lower = datetime.fromtimestamp(watermark["lower_ms"] / 1000, tz=UTC)
         message = f"orders complete up to {lower.isoformat()} (stream cut {watermark['stream_cut']})"
         print(message)
         return message

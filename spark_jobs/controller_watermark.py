@@ -144,7 +144,7 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
         & (F.col("key_end") <= 1.0)
     )
     conflicting = raw.groupBy("stream", "segment_id").count().where("count > 1").drop("count")
-    valid = raw.where(sane).join(conflicting, ["stream", "segment_id"], "left_anti").localCheckpoint()
+    valid = raw.where(sane).join(F.broadcast(conflicting), ["stream", "segment_id"], "left_anti").localCheckpoint()
     invalid = raw.count() - valid.count()
     return valid, invalid
 
@@ -155,10 +155,14 @@ def _row_local_reason() -> Column:
     offsets = F.map_values("position")
     return (
         F.when(
-            F.col("stream").isNull() | ~F.col("stream").rlike(STREAM_NAME_REGEX), Quarantine.INVALID_STREAM.value
+            F.col("stream").isNull() | ~F.col("stream").rlike(STREAM_NAME_REGEX),
+            Quarantine.INVALID_STREAM.value,
         )
         .when(F.col("writer_id").isNull() | (F.col("writer_id") == ""), Quarantine.INVALID_WRITER.value)
-        .when(F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]), Quarantine.UNKNOWN_KIND.value)
+        .when(
+            F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]),
+            Quarantine.UNKNOWN_KIND.value,
+        )
         .when(
             F.col("reported_at_ms").isNull() | (F.col("reported_at_ms") < 0),
             Quarantine.INVALID_REPORTED_AT.value,
@@ -167,10 +171,7 @@ def _row_local_reason() -> Column:
         .when(value & F.col("position").isNull(), Quarantine.MISSING_POSITION.value)
         .when(
             value
-            & (
-                (F.size(F.array_compact(offsets)) < F.size(offsets))
-                | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)
-            ),
+            & ((F.size(F.array_compact(offsets)) < F.size(offsets)) | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)),
             Quarantine.NEGATIVE_OFFSET.value,
         )
     )
@@ -199,9 +200,7 @@ def aggregate_marks(rows: DataFrame) -> DataFrame:
         "tag",
         "time_ms",
         "reported_at_ms",
-        F.posexplode_outer(F.when(F.col("tag") == VALUE, F.col("position"))).alias(
-            "pos", "segment_id", "offset"
-        ),
+        F.posexplode_outer(F.when(F.col("tag") == VALUE, F.col("position"))).alias("pos", "segment_id", "offset"),
     )
     first_row_of_mark = F.col("pos").isNull() | (F.col("pos") == 0)
     return exploded.groupBy("stream", "writer_id", "tag", "segment_id").agg(
@@ -223,26 +222,26 @@ def find_suspects(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -
     value = groups.where(F.col("tag") == VALUE)
     unknown_segment = (
         value.where(F.col("segment_id").isNotNull())
-        .join(segments.select("stream", "segment_id"), ["stream", "segment_id"], "left_anti")
+        .join(F.broadcast(segments.select("stream", "segment_id")), ["stream", "segment_id"], "left_anti")
         .select(*KEYS)
     )
     earliest = value.groupBy(*KEYS).agg(F.min("min_time_ms").alias("earliest"))
     time_back = (
-        earliest.join(writers0.select(*KEYS, "time_ms"), KEYS)
+        earliest.join(F.broadcast(writers0.select(*KEYS, "time_ms")), KEYS)
         .where(F.col("earliest") < F.col("time_ms"))
         .select(*KEYS)
     )
     stored_offsets = writers0.select(*KEYS, F.explode("position").alias("segment_id", "stored_offset"))
     position_back = (
-        value.join(stored_offsets, [*KEYS, "segment_id"])
+        value.join(F.broadcast(stored_offsets), [*KEYS, "segment_id"])
         .where(F.col("min_offset") < F.col("stored_offset"))
         .select(*KEYS)
     )
     unknown_writer = (
         groups.where(F.col("tag") == SHUTDOWN)
         .select(*KEYS)
-        .join(writers0.select(*KEYS), KEYS, "left_anti")
-        .join(value.select(*KEYS), KEYS, "left_anti")
+        .join(F.broadcast(writers0.select(*KEYS)), KEYS, "left_anti")
+        .join(F.broadcast(value.select(*KEYS)), KEYS, "left_anti")
     )
     return unknown_segment.union(time_back).union(position_back).union(unknown_writer).distinct()
 
@@ -258,9 +257,7 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
     value = F.col("tag") == VALUE
     unknown_segment = (
         F.size(
-            F.array_except(
-                F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType())))
-            )
+            F.array_except(F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType()))))
         )
         > 0
     )
@@ -287,10 +284,8 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
     )
     unknown_writer = (F.col("tag") == SHUTDOWN) & F.col("known_writer").isNull()
     return (
-        decided.join(known_writers, KEYS, "left")
-        .withColumn(
-            "reason", F.when(unknown_writer, Rejection.UNKNOWN_WRITER.value).otherwise(F.col("reason"))
-        )
+        decided.join(F.broadcast(known_writers), KEYS, "left")
+        .withColumn("reason", F.when(unknown_writer, Rejection.UNKNOWN_WRITER.value).otherwise(F.col("reason")))
         .drop("known_segments", "stored_time_ms", "stored_position", "known_writer")
     )
 
@@ -301,17 +296,17 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
 def upper_bound(entries: DataFrame, segments: DataFrame) -> DataFrame:
     """``(stream, segment_id, offset)`` -> highest offset per segment, minus segments with a successor."""
     highest = entries.groupBy("stream", "segment_id").agg(F.max("offset").alias("offset"))
-    ranged = highest.join(segments, ["stream", "segment_id"])
+    ranged = highest.join(F.broadcast(segments), ["stream", "segment_id"])
     a, b = ranged.alias("a"), ranged.alias("b")
     superseded = a.join(
-        b,
+        F.broadcast(b),
         (F.col("a.stream") == F.col("b.stream"))
         & (F.col("b.segment_id") > F.col("a.segment_id"))
         & (F.col("b.key_start") < F.col("a.key_end"))
         & (F.col("b.key_end") > F.col("a.key_start")),
         "left_semi",
     )
-    return ranged.join(superseded.select("stream", "segment_id"), ["stream", "segment_id"], "left_anti")
+    return ranged.join(F.broadcast(superseded.select("stream", "segment_id")), ["stream", "segment_id"], "left_anti")
 
 
 def missing_ranges(cut: DataFrame, streams: DataFrame) -> DataFrame:
@@ -324,7 +319,7 @@ def missing_ranges(cut: DataFrame, streams: DataFrame) -> DataFrame:
         .select("stream", F.col("reached").alias("gap_start"), F.col("key_start").alias("gap_end"))
     )
     tail = (
-        streams.join(cut.groupBy("stream").agg(F.max("key_end").alias("end")), "stream", "left")
+        streams.join(F.broadcast(cut.groupBy("stream").agg(F.max("key_end").alias("end"))), "stream", "left")
         .select("stream", F.coalesce("end", F.lit(0.0)).alias("gap_start"), F.lit(1.0).alias("gap_end"))
         .where(F.col("gap_start") < 1.0)
     )
@@ -341,7 +336,7 @@ def complete_cuts(cut: DataFrame, streams: DataFrame, segments: DataFrame) -> tu
     Returns the completed cut and the streams whose cut still has a gap.
     """
     max_rounds = segments.groupBy("stream").count().agg(F.max("count")).first()
-    limit = int((max_rounds[0] if max_rounds and max_rounds[0] else 0)) + 1
+    limit = int(max_rounds[0] if max_rounds and max_rounds[0] else 0) + 1
     oldest = segments.groupBy("stream").agg(F.min(_epoch("segment_id")).alias("oldest_epoch"))
     cut = cut.localCheckpoint()
     for _ in range(limit):
@@ -352,15 +347,15 @@ def complete_cuts(cut: DataFrame, streams: DataFrame, segments: DataFrame) -> tu
         epochs = (
             gaps.select("stream")
             .distinct()
-            .join(newest, "stream", "left")
-            .join(oldest, "stream", "left")
+            .join(F.broadcast(newest), "stream", "left")
+            .join(F.broadcast(oldest), "stream", "left")
             .select("stream", F.coalesce("newest_epoch", "oldest_epoch").alias("epoch"))
             .where(F.col("epoch").isNotNull())
         )
-        born = segments.join(epochs, "stream").where(_epoch("segment_id") <= F.col("epoch"))
+        born = segments.join(F.broadcast(epochs), "stream").where(_epoch("segment_id") <= F.col("epoch"))
         a, b = born.alias("a"), born.alias("b")
         active = a.join(
-            b,
+            F.broadcast(b),
             (F.col("a.stream") == F.col("b.stream"))
             & (F.col("b.segment_id") > F.col("a.segment_id"))
             & (F.col("b.key_start") < F.col("a.key_end"))
@@ -371,14 +366,14 @@ def complete_cuts(cut: DataFrame, streams: DataFrame, segments: DataFrame) -> tu
         fill = (
             active.alias("s")
             .join(
-                g,
+                F.broadcast(g),
                 (F.col("s.stream") == F.col("g.stream"))
                 & (F.col("s.key_start") < F.col("g.gap_end"))
                 & (F.col("s.key_end") > F.col("g.gap_start")),
                 "left_semi",
             )
             .select("stream", "segment_id")
-            .join(cut.select("stream", "segment_id"), ["stream", "segment_id"], "left_anti")
+            .join(F.broadcast(cut.select("stream", "segment_id")), ["stream", "segment_id"], "left_anti")
             .distinct()
         )
         if fill.isEmpty():
@@ -423,7 +418,9 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         )
         reason_counts = bad.groupBy("stream", "reason").count().collect()
         accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
-        final_groups = final_groups.join(suspects, KEYS, "left_anti").unionByName(aggregate_marks(accepted_exact))
+        final_groups = final_groups.join(F.broadcast(suspects), KEYS, "left_anti").unionByName(
+            aggregate_marks(accepted_exact)
+        )
         rejected = [r.value for r in Rejection]
         seen = final_groups.select(*KEYS).union(
             decided.where(
@@ -441,7 +438,7 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         F.max("max_reported_at_ms").alias("last_value_at_ms"),
     )
     top_position = (
-        value.join(per_writer.select(*KEYS, "new_time_ms"), KEYS)
+        value.join(F.broadcast(per_writer.select(*KEYS, "new_time_ms")), KEYS)
         .where(F.col("segment_id").isNotNull() & (F.col("max_time_ms") == F.col("new_time_ms")))
         .groupBy(*KEYS)
         .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "max_offset"))).alias("new_position"))
@@ -453,8 +450,8 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     )
     merged = (
         writers0.join(per_writer, KEYS, "full")
-        .join(top_position, KEYS, "left")
-        .join(shutdowns, KEYS, "left")
+        .join(F.broadcast(top_position), KEYS, "left")
+        .join(F.broadcast(shutdowns), KEYS, "left")
         .where(F.col("time_ms").isNotNull() | F.col("new_time_ms").isNotNull())
     )
     has_new = F.col("new_time_ms").isNotNull()
@@ -478,7 +475,7 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     prev = streams0.select("stream", "wm_lower_ms")
     participating = F.col("wm_lower_ms").isNull() | (F.col("time_ms") > F.col("wm_lower_ms"))
     since = F.coalesce("lagging_since_0", now)
-    judged = writers.join(prev, "stream", "left").select(
+    judged = writers.join(F.broadcast(prev), "stream", "left").select(
         *KEYS,
         "time_ms",
         "position",
@@ -495,12 +492,7 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         [(r["stream"],) for r in reason_counts if r["reason"] != Quarantine.INVALID_STREAM.value],
         "stream string",
     )
-    streams = (
-        streams0.select("stream")
-        .union(seen.select("stream"))
-        .union(valid_streams_in_reasons)
-        .distinct()
-    )
+    streams = streams0.select("stream").union(seen.select("stream")).union(valid_streams_in_reasons).distinct()
     first_marks = per_writer.groupBy("stream").agg(F.min("first_reported_at_ms").alias("first_in_round"))
     by_stream = active.groupBy("stream").agg(
         F.count("*").alias("active_writers"),
@@ -512,7 +504,11 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         seen.distinct()
         .groupBy("stream")
         .agg(F.count("*").alias("writers_seen"))
-        .join(per_writer.groupBy("stream").agg(F.sum("accepted_marks").alias("marks_accepted")), "stream", "full")
+        .join(
+            per_writer.groupBy("stream").agg(F.sum("accepted_marks").alias("marks_accepted")),
+            "stream",
+            "full",
+        )
     )
     first_mark = F.least("first_mark_at_ms", "first_in_round")
     n_waiting = F.size("waiting")
@@ -530,20 +526,20 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         .otherwise(StreamStatus.EMITTED.value)
     )
     decisions = (
-        streams.join(streams0, "stream", "left")
-        .join(first_marks, "stream", "left")
-        .join(by_stream, "stream", "left")
-        .join(counts, "stream", "left")
+        streams.join(F.broadcast(streams0), "stream", "left")
+        .join(F.broadcast(first_marks), "stream", "left")
+        .join(F.broadcast(by_stream), "stream", "left")
+        .join(F.broadcast(counts), "stream", "left")
         .select("*", first_mark.alias("first_mark"), status.alias("status"))
         .localCheckpoint()
     )
     emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select("stream").localCheckpoint()
 
     entries = (
-        active.join(emitted, "stream", "left_semi")
+        active.join(F.broadcast(emitted), "stream", "left_semi")
         .select("stream", F.explode("position").alias("segment_id", "offset"))
         .unionByName(
-            streams0.join(emitted, "stream", "left_semi").select(
+            streams0.join(F.broadcast(emitted), "stream", "left_semi").select(
                 "stream", F.explode("wm_cut").alias("segment_id", "offset")
             )
         )
@@ -554,8 +550,8 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     )
     is_emitted = F.col("status") == StreamStatus.EMITTED.value
     result = (
-        decisions.join(cut_maps, "stream", "left")
-        .join(incomplete.distinct().withColumn("incomplete", F.lit(True)), "stream", "left")
+        decisions.join(F.broadcast(cut_maps), "stream", "left")
+        .join(F.broadcast(incomplete.distinct().withColumn("incomplete", F.lit(True))), "stream", "left")
         .select(
             "stream",
             "status",

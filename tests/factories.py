@@ -39,7 +39,14 @@ def mark(
 
 def write_marks(spark: Any, marks: Iterable[WriterMark], path: Path) -> str:
     rows = [
-        (m.stream, m.writer_id, m.time_ms, None if m.position is None else dict(m.position), m.kind, m.reported_at_ms)
+        (
+            m.stream,
+            m.writer_id,
+            m.time_ms,
+            None if m.position is None else dict(m.position),
+            m.kind,
+            m.reported_at_ms,
+        )
         for m in marks
     ]
     spark.createDataFrame(rows, MARKS_SCHEMA).write.mode("overwrite").parquet(str(path))
@@ -65,7 +72,13 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None) -> Control
     for r in spark.read.schema(STREAMS_STATE_SCHEMA).parquet(f"{path}/streams").collect():
         wm = None
         if r["wm_lower_ms"] is not None:
-            wm = Watermark(r["stream"], r["wm_lower_ms"], r["wm_upper_ms"], dict(r["wm_cut"] or {}), r["wm_computed_at_ms"])
+            wm = Watermark(
+                r["stream"],
+                r["wm_lower_ms"],
+                r["wm_upper_ms"],
+                dict(r["wm_cut"] or {}),
+                r["wm_computed_at_ms"],
+            )
         streams[r["stream"]] = StreamState(r["first_mark_at_ms"], wm, writers.get(r["stream"], {}))
     return ControllerState(streams=streams, processed_until_ms=processed_until_ms)
 

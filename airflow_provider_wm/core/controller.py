@@ -407,9 +407,7 @@ def _emit(
     def result(
         status: StreamStatus, watermark: Watermark | None = None, complete: bool = True
     ) -> tuple[StreamState, StreamReport]:
-        new_state = StreamState(
-            first_mark_at_ms=first_mark_at_ms, watermark=watermark or prev, writers=active
-        )
+        new_state = StreamState(first_mark_at_ms=first_mark_at_ms, watermark=watermark or prev, writers=active)
         report = StreamReport(
             stream=stream,
             status=status,
@@ -433,9 +431,7 @@ def _emit(
     lower = min(w.time_ms for w in active.values())
     if prev is not None and lower <= prev.lower_ms:
         return result(StreamStatus.TIME_NOT_ADVANCED)
-    cut, complete = stream_cut(
-        [w.position for w in active.values()], prev.stream_cut if prev else None, segments
-    )
+    cut, complete = stream_cut([w.position for w in active.values()], prev.stream_cut if prev else None, segments)
     watermark = Watermark(
         stream=stream,
         lower_ms=lower,

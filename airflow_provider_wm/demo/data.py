@@ -14,14 +14,14 @@ Scenario over four hours from ``START`` (one controller round per hour, at each 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-START = datetime(2026, 1, 5, tzinfo=timezone.utc)
+START = datetime(2026, 1, 5, tzinfo=UTC)
 START_MS = int(START.timestamp() * 1000)
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -42,7 +42,12 @@ MARKS_SCHEMA = pa.schema(
     ]
 )
 SEGMENTS_SCHEMA = pa.schema(
-    [("stream", pa.string()), ("segment_id", pa.int64()), ("key_start", pa.float64()), ("key_end", pa.float64())]
+    [
+        ("stream", pa.string()),
+        ("segment_id", pa.int64()),
+        ("key_start", pa.float64()),
+        ("key_end", pa.float64()),
+    ]
 )
 
 
@@ -56,7 +61,14 @@ def segments() -> list[dict[str, Any]]:
     ]
 
 
-def _mark(stream: str, writer: str, t: int, position: dict[int, int] | None, kind: str = "note", reported: int | None = None) -> dict[str, Any]:
+def _mark(
+    stream: str,
+    writer: str,
+    t: int,
+    position: dict[int, int] | None,
+    kind: str = "note",
+    reported: int | None = None,
+) -> dict[str, Any]:
     return {
         "stream": stream,
         "writer_id": writer,

@@ -63,7 +63,5 @@ def render(store: Path, outcomes: list[dict[str, Any]]) -> str:
         latest = hook.read_latest(stream)
         history = hook.read_history(stream)
         if latest:
-            lines.append(
-                f"  {stream:<9} lower {format_ms(latest['lower_ms'])}  ({len(history)} watermarks in the log)"
-            )
+            lines.append(f"  {stream:<9} lower {format_ms(latest['lower_ms'])}  ({len(history)} watermarks in the log)")
     return "\n".join(lines)

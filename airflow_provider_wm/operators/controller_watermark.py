@@ -110,7 +110,12 @@ class ControllerWatermarkOperator(BaseOperator):
         published = {}
         for stream, entry in manifest["streams"].items():
             if entry["watermark"]:
-                record = {**entry["watermark"], "wm_key": None, "run_id": run_id, "controller": self.controller}
+                record = {
+                    **entry["watermark"],
+                    "wm_key": None,
+                    "run_id": run_id,
+                    "controller": self.controller,
+                }
                 published[stream] = store.publish(record)
         summary = {
             "controller": self.controller,
@@ -131,7 +136,7 @@ class ControllerWatermarkOperator(BaseOperator):
             processed_until_ms=int(manifest["processed_until_ms"]),
             state_path=str(manifest["state_path"]),
             run_id=run_id,
-            committed_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+            committed_at=dt.datetime.now(dt.UTC).isoformat(),
             watermarks=watermarks,
         )
         ti = context["ti"]
@@ -176,8 +181,7 @@ class ControllerWatermarkOperator(BaseOperator):
             failed = store.read_json_url(manifest_url)
             if failed and failed.get("status") == "failed":
                 raise AirflowException(
-                    f"controller job for {self.controller!r} failed: {failed.get('error')}; "
-                    "the cut-off is unchanged"
+                    f"controller job for {self.controller!r} failed: {failed.get('error')}; the cut-off is unchanged"
                 ) from exc
             raise
         manifest = store.read_json_url(manifest_url)

@@ -69,9 +69,7 @@ class StreamWatermarkSensor(BaseSensorOperator):
         threshold_ms = self._threshold_ms()
         latest = WatermarkStoreHook(self.store_path, storage_options=self.storage_options).read_latest(stream)
         lower = None if latest is None else int(latest["lower_ms"])
-        self.log.info(
-            "Stream %s: watermark %s, threshold %s", stream, format_ms(lower), format_ms(threshold_ms)
-        )
+        self.log.info("Stream %s: watermark %s, threshold %s", stream, format_ms(lower), format_ms(threshold_ms))
         passed = lower is not None and lower >= threshold_ms
         return PokeReturnValue(is_done=passed, xcom_value=latest if passed else None)
 

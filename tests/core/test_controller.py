@@ -11,7 +11,6 @@ from airflow_provider_wm.core.controller import (
     ControllerState,
     Quarantine,
     Rejection,
-    StreamState,
     StreamStatus,
     is_valid_stream_name,
     position_goes_back,
@@ -23,7 +22,11 @@ from tests.factories import THIRDS, mark
 SEGS = {"s": segment_map(THIRDS)}
 NO_DELAY = ControllerConfig(writer_timeout_ms=1_000, initial_delay_ms=0)
 
-ROUND_1 = [mark("w1", 100, {0: 100, 1: 200}), mark("w2", 101, {1: 100, 2: 200}), mark("w3", 102, {2: 100, 0: 200})]
+ROUND_1 = [
+    mark("w1", 100, {0: 100, 1: 200}),
+    mark("w2", 101, {1: 100, 2: 200}),
+    mark("w3", 102, {2: 100, 0: 200}),
+]
 ROUND_2 = [
     mark("w1", 200, {1: 300}, reported_at_ms=3_000),
     mark("w2", 201, {1: 100, 2: 300}, reported_at_ms=3_000),

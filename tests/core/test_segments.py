@@ -63,9 +63,7 @@ def test_missing_ranges_and_active_segments():
     assert {s.segment_id for s in active_segments_at_epoch(0, segs)} == {0, 1, 2}
 
 
-@pytest.mark.parametrize(
-    ("segment_id", "start", "end"), [(-1, 0.0, 1.0), (0, 0.5, 0.5), (0, -0.1, 0.5), (0, 0.5, 1.5)]
-)
+@pytest.mark.parametrize(("segment_id", "start", "end"), [(-1, 0.0, 1.0), (0, 0.5, 0.5), (0, -0.1, 0.5), (0, 0.5, 1.5)])
 def test_invalid_segments_are_rejected_with_their_values(segment_id, start, end):
     with pytest.raises(ValueError, match="segment"):
         Segment(segment_id, start, end)

@@ -1,0 +1,201 @@
+"""The Spark job against the core reference: worked examples, bad rows, scale events, random rounds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_wm.core.controller import (
+    ControllerConfig,
+    ControllerState,
+    RoundResult,
+    StreamStatus,
+    WriterMark,
+    run_round,
+)
+from airflow_provider_wm.core.segments import Segment, segment_map
+from tests.factories import THIRDS, mark, read_state, run_spark_round, watermark_from_manifest
+
+E1 = 1 << 32
+SPLIT = [*THIRDS, Segment(E1 | 3, 1 / 3, 0.5), Segment(E1 | 4, 0.5, 2 / 3)]
+SEGMENTS = {"s": SPLIT, "t": THIRDS}
+ROUND_1 = [
+    mark("w1", 100, {0: 100, 1: 200}),
+    mark("w2", 101, {1: 100, 2: 200}),
+    mark("w3", 102, {2: 100, 0: 200}),
+]
+ROUND_2 = [
+    mark("w1", 200, {1: 300}, reported_at_ms=3_000),
+    mark("w2", 201, {1: 100, 2: 300}, reported_at_ms=3_000),
+    mark("w3", 202, {2: 300}, reported_at_ms=3_000),
+]
+
+
+def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=SEGMENTS):
+    """Run the same rounds through core and through the job; yields (core result, manifest, job state)."""
+    core_state, job_state, processed_until = ControllerState(), None, None
+    core_segments = {name: segment_map(segs) for name, segs in segments.items()}
+    for i, batch in enumerate(batches):
+        now = 2_000 * (i + 1)
+        core = run_round(core_state, batch, core_segments, now, config)
+        manifest, job_state = run_spark_round(
+            spark,
+            tmp_path,
+            batch,
+            segments,
+            now_ms=now,
+            state_in=job_state,
+            processed_until_ms=processed_until,
+            writer_timeout_ms=config.writer_timeout_ms,
+            initial_delay_ms=config.initial_delay_ms,
+            round_name=f"round{i}",
+        )
+        yield core, manifest, read_state(spark, job_state, now)
+        core_state, processed_until = core.state, now
+
+
+def assert_same(core: RoundResult, manifest: dict, job_state: ControllerState, spark, round_out: str) -> None:
+    assert job_state == core.state
+    assert set(manifest["streams"]) == set(core.reports)
+    for stream, report in core.reports.items():
+        entry = manifest["streams"][stream]
+        assert watermark_from_manifest(entry["watermark"]) == report.watermark, stream
+        assert entry["status"] == report.status
+        assert (entry["writers_seen"], entry["active_writers"], entry["marks_accepted"]) == (
+            report.writers_seen,
+            report.active_writers,
+            report.marks_accepted,
+        ), stream
+        assert entry["rejected"] == dict(report.rejected)
+        assert entry["quarantined"] == dict(report.quarantined)
+        assert tuple(entry["waiting_for"]) == report.waiting_for
+        if report.watermark is not None:
+            assert entry["cut_complete"] == report.cut_complete
+    assert manifest["totals"]["deferred_marks"] == core.deferred_marks
+    expected_bad = Counter(
+        (m.stream, m.writer_id, m.time_ms, str(reason)) for m, reason in [*core.quarantined, *core.rejected]
+    )
+    if manifest["quarantine_path"] is None:
+        assert not expected_bad
+    else:
+        rows = spark.read.parquet(manifest["quarantine_path"]).collect()
+        assert Counter((r["stream"], r["writer_id"], r["time_ms"], r["reason"]) for r in rows) == expected_bad
+
+
+def test_worked_example_matches_the_reference_over_two_rounds(spark, tmp_path):
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    results = list(run_both(spark, tmp_path, [ROUND_1, ROUND_2], config, {"s": THIRDS}))
+    (_, m1, _), (_, m2, _) = results
+    assert m1["streams"]["s"]["watermark"] == {
+        "stream": "s", "lower_ms": 100, "upper_ms": 102, "stream_cut": {"0": 200, "1": 200, "2": 200},
+        "computed_at_ms": 2_000,
+    }  # fmt: skip
+    assert m2["streams"]["s"]["watermark"]["lower_ms"] == 200
+    assert m2["streams"]["s"]["watermark"]["stream_cut"] == {"0": 200, "1": 300, "2": 300}
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+
+
+def test_bad_rows_are_quarantined_counted_and_do_not_crash_the_job(spark, tmp_path):
+    bad = [
+        mark("w", 1, {0: 1}, stream="../etc"),
+        mark("w", 1, {0: 1}, stream=None),
+        mark("", 1, {0: 1}),
+        mark("w", 1, {0: 1}, kind="flush"),
+        mark("w", 1, {0: 1}, reported_at_ms=None),
+        mark("w", -5, {0: 1}),
+        mark("w", None, {0: 1}),
+        mark("w", 1, None),
+        mark("w", 1, {0: -1}),
+        mark("w", 1, {0: None}),
+        mark("w", 1, {99: 1}),
+        mark("ghost", None, None, kind="shutdown"),
+        mark("ok", 5, {0: 5}),
+    ]
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    ((core, manifest, state),) = run_both(spark, tmp_path, [bad], config, {"s": THIRDS})
+    assert_same(core, manifest, state, spark, "")
+    assert manifest["totals"]["quarantined"] == {
+        "INVALID_REPORTED_AT": 1, "INVALID_STREAM": 2, "INVALID_TIME_VALUE": 2, "INVALID_WRITER": 1,
+        "MISSING_POSITION": 1, "NEGATIVE_OFFSET": 2, "UNKNOWN_KIND": 1, "UNKNOWN_SEGMENT": 1,
+    }  # fmt: skip
+    assert manifest["totals"]["rejected"] == {"UNKNOWN_WRITER": 1}
+    assert manifest["streams"]["s"]["watermark"]["lower_ms"] == 5
+
+
+def test_backwards_time_and_positions_are_rejected_like_the_reference(spark, tmp_path):
+    later = [
+        mark("w1", 99, {0: 500}, reported_at_ms=3_000),
+        mark("w2", 150, {1: 50}, reported_at_ms=3_000),
+        mark("w3", 300, {2: 900}, reported_at_ms=3_000),
+    ]
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    results = list(run_both(spark, tmp_path, [ROUND_1, later], config, {"s": THIRDS}))
+    core, manifest, state = results[1]
+    assert_same(core, manifest, state, spark, "")
+    assert manifest["streams"]["s"]["rejected"] == {"INVALID_POSITION": 1, "INVALID_TIME": 1}
+
+
+def test_a_scale_event_moves_the_cut_to_the_successor_segments(spark, tmp_path):
+    before = [mark("w1", 100, {0: 10, 1: 20}), mark("w2", 100, {1: 30, 2: 40})]
+    after = [
+        mark("w1", 200, {0: 15, E1 | 3: 5}, reported_at_ms=3_000),
+        mark("w2", 200, {E1 | 4: 6, 2: 50}, reported_at_ms=3_000),
+    ]
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    results = list(run_both(spark, tmp_path, [before, after], config, {"s": SPLIT}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert results[1][1]["streams"]["s"]["watermark"]["stream_cut"] == {
+        "0": 15, "2": 50, str(E1 | 3): 5, str(E1 | 4): 6,
+    }  # fmt: skip
+
+
+def test_writer_timeout_and_shutdown_match_the_reference(spark, tmp_path):
+    config = ControllerConfig(writer_timeout_ms=3_000, initial_delay_ms=0)
+    later = [
+        mark("w1", 300, {0: 300}, reported_at_ms=3_000),
+        mark("w2", 301, {1: 300}, reported_at_ms=3_000),
+        mark("w3", None, None, kind="shutdown", reported_at_ms=3_100),
+    ]
+    results = list(run_both(spark, tmp_path, [ROUND_1, later, []], config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert results[2][1]["streams"]["s"]["status"] == StreamStatus.EMITTED
+    assert results[2][1]["streams"]["s"]["active_writers"] == 2
+
+
+# ------------------------------------------------------------------------------------ differential
+
+all_segments = [s.segment_id for s in SPLIT]
+random_mark = st.builds(
+    WriterMark,
+    stream=st.sampled_from(["s", "s", "t", "../bad"]),
+    writer_id=st.sampled_from(["a", "b", "c", "d"]),
+    time_ms=st.one_of(st.integers(0, 40), st.just(-1)),
+    position=st.dictionaries(st.sampled_from(all_segments), st.integers(-1, 40), max_size=3),
+    kind=st.sampled_from(["note", "note", "note", "commit", "shutdown"]),
+    reported_at_ms=st.integers(0, 8_000),
+)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    st.lists(st.lists(random_mark, max_size=14), min_size=2, max_size=3),
+    st.integers(0, 5_000),
+    st.integers(0, 3_000),
+)
+def test_random_rounds_give_the_same_results_in_spark_and_in_core(spark, tmp_path_factory, batches, timeout, delay):
+    config = ControllerConfig(writer_timeout_ms=timeout, initial_delay_ms=delay)
+    workdir = tmp_path_factory.mktemp("differential")
+    for core, manifest, state in run_both(spark, workdir, batches, config):
+        assert_same(core, manifest, state, spark, "")
