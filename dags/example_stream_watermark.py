@@ -34,7 +34,7 @@ with DAG(
     max_active_runs=1,
     tags=["example", "watermark"],
     doc_md=__doc__,
-):
+) as dag:
     controller = ControllerWatermarkOperator(
         task_id="controller_watermark",
         controller="example_controller",

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+
+
+def record(lower: int, stream: str = "orders", computed_at: int | None = None) -> dict:
+    return {
+        "stream": stream,
+        "lower_ms": lower,
+        "upper_ms": lower + 5,
+        "stream_cut": {"0": lower},
+        "computed_at_ms": lower if computed_at is None else computed_at,
+    }
+
+
+def test_publish_then_read_latest_and_history(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.read_latest("orders") is None
+    assert store.publish(record(10)) and store.publish(record(20))
+    assert store.read_latest("orders")["lower_ms"] == 20
+    assert [r["lower_ms"] for r in store.read_history("orders")] == [10, 20]
+    assert [r["lower_ms"] for r in store.read_history("orders", limit=1)] == [20]
+
+
+def test_a_lower_or_equal_watermark_is_never_written(tmp_path, caplog):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(20))
+    assert store.publish(record(15)) is False
+    assert store.publish(record(20)) is False
+    assert store.read_latest("orders")["lower_ms"] == 20
+    assert [r["lower_ms"] for r in store.read_history("orders")] == [20]
+    assert "not written" in caplog.text
+
+
+def test_concurrent_publishers_never_make_latest_go_backwards(tmp_path):
+    lowers = list(range(1, 201))
+
+    def publish(values):
+        store = WatermarkStoreHook(str(tmp_path))
+        for value in values:
+            store.publish(record(value))
+
+    threads = [threading.Thread(target=publish, args=(lowers[i::4][::-1],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store = WatermarkStoreHook(str(tmp_path))
+    history = [r["lower_ms"] for r in store.read_history("orders")]
+    assert store.read_latest("orders")["lower_ms"] == 200
+    assert history == sorted(history) and len(history) == len(set(history))
+
+
+@pytest.mark.parametrize("stream", ["../etc", "a/b", "", ".hidden"])
+def test_stream_names_that_could_leave_the_store_are_rejected(tmp_path, stream):
+    store = WatermarkStoreHook(str(tmp_path))
+    with pytest.raises(ValueError, match="stream="):
+        store.read_latest(stream)
+    with pytest.raises(ValueError, match="stream"):
+        store.publish(record(1, stream=stream))
+
+
+def test_lower_bound_must_be_epoch_milliseconds(tmp_path):
+    with pytest.raises(ValueError, match="lower_ms"):
+        WatermarkStoreHook(str(tmp_path)).publish({**record(1), "lower_ms": "soon"})
+
+
+def test_fsspec_urls_work_unchanged(tmp_path):
+    store = WatermarkStoreHook(f"file://{tmp_path}")
+    store.publish(record(7))
+    assert WatermarkStoreHook(str(tmp_path)).read_latest("orders")["lower_ms"] == 7
+    memory = WatermarkStoreHook("memory://wm-test-store")
+    memory.publish(record(3))
+    assert memory.read_latest("orders")["lower_ms"] == 3
+
+
+def test_the_base_path_can_come_from_a_wm_store_connection(tmp_path, monkeypatch, airflow_db):
+    monkeypatch.setenv("AIRFLOW_CONN_MY_STORE", f'{{"conn_type": "wm_store", "host": "{tmp_path}"}}')
+    store = WatermarkStoreHook(wm_store_conn_id="my_store")
+    assert store.base_path == str(tmp_path)

@@ -1,0 +1,98 @@
+"""The operator on real Airflow (dag.test, SQLite) submitting the real job through SparkSubmitHook."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from airflow.models.variable import Variable
+
+from airflow_provider_wm.demo import data
+from airflow_provider_wm.operators.controller_watermark import ControllerWatermarkOperator
+from airflow_provider_wm.state import cutoff_variable_key
+from tests.airflow_helpers import fresh_dag, run_dag, xcom
+
+HOUR_1_END = data.START + timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"controller": "../x"}, "controller='../x'"),
+        ({"writer_timeout": -5}, "writer_timeout=-5"),
+        ({"initial_delay": "P1X"}, "initial_delay='P1X'"),
+        ({"marks_path": ""}, "marks_path=''"),
+        ({"logical_time": "noon-ish"}, "logical_time='noon-ish'"),
+    ],
+)
+def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
+    args = {
+        "task_id": "c",
+        "controller": "c1",
+        "marks_path": "/m",
+        "segments_path": "/s",
+        "store_path": "/st",
+        **kwargs,
+    }
+    with pytest.raises(ValueError, match=message):
+        ControllerWatermarkOperator(**args)
+
+
+def test_one_task_instance_at_a_time_by_default():
+    op = ControllerWatermarkOperator(task_id="c", controller="c1", marks_path="/m", segments_path="/s", store_path="/x")
+    assert op.max_active_tis_per_dag == 1
+
+
+def controller_dag(base, controller: str, **kwargs):
+    dag = fresh_dag("controller")
+    with dag:
+        ControllerWatermarkOperator(
+            task_id="controller",
+            controller=controller,
+            marks_path=kwargs.pop("marks_path", f"{base}/marks"),
+            segments_path=f"{base}/segments",
+            store_path=f"{base}/store",
+            writer_timeout=timedelta(minutes=30),
+            **kwargs,
+        )
+    return dag
+
+
+def cutoff(controller: str):
+    return Variable.get(cutoff_variable_key(controller), default_var=None, deserialize_json=True)
+
+
+@pytest.mark.slow
+def test_a_missing_spark_connection_fails_clearly_and_changes_nothing(airflow_db, tmp_path):
+    data.write(tmp_path)
+    run, states = run_dag(controller_dag(tmp_path, "c_noconn", spark_conn_id="no_such_spark"), HOUR_1_END)
+    assert states == {"controller": "failed"}
+    assert cutoff("c_noconn") is None
+
+
+@pytest.mark.slow
+def test_a_failed_spark_job_leaves_the_cutoff_unchanged_and_a_retry_continues(airflow_db, tmp_path, spark):
+    data.write(tmp_path)
+    broken = tmp_path / "broken-marks"
+    spark.createDataFrame([("orders", "w1")], "stream string, writer_id string").write.parquet(str(broken))
+
+    run, states = run_dag(controller_dag(tmp_path, "c_fail", marks_path=str(broken)), HOUR_1_END)
+    assert states == {"controller": "failed"}
+    assert cutoff("c_fail") is None
+    assert not (tmp_path / "store" / "streams").exists()  # nothing published
+
+    run, states = run_dag(controller_dag(tmp_path, "c_fail"), HOUR_1_END)
+    assert states == {"controller": "success"}
+    committed = cutoff("c_fail")
+    assert committed["version"] == 1
+    assert committed["processed_until_ms"] == int(HOUR_1_END.timestamp() * 1000)
+    summary = xcom(run, "controller")
+    assert summary["streams"]["orders"]["watermark"]["lower_ms"] == committed["processed_until_ms"]
+    assert xcom(run, "controller", "cutoff") == committed
+
+
+def test_a_logical_time_in_the_future_is_refused(airflow_db, tmp_path):
+    future = datetime.now(timezone.utc) + timedelta(days=1)
+    run, states = run_dag(controller_dag(tmp_path, "c_future", logical_time=future.isoformat()), HOUR_1_END)
+    assert states == {"controller": "failed"}
+    assert cutoff("c_future") is None
