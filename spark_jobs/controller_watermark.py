@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -53,6 +53,7 @@ from airflow_provider_wm.core.controller import (
     Rejection,
     StreamStatus,
 )
+from airflow_provider_wm.core.segments import Segment, complete_cut
 from spark_jobs.common import (
     MANIFEST_NAME,
     get_session,
@@ -133,31 +134,55 @@ def read_marks(spark: SparkSession, path: str) -> DataFrame:
     return read_parquet_or_empty(spark, path, MARKS_SCHEMA)
 
 
-def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
-    """Valid segments and the number of invalid segment rows (bad range, bad id, conflicting definition)."""
-    raw = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).dropDuplicates()
-    sane = (
-        F.col("stream").isNotNull()
-        & (F.col("segment_id") >= 0)
-        & (F.col("key_start") >= 0.0)
-        & (F.col("key_start") < F.col("key_end"))
-        & (F.col("key_end") <= 1.0)
+def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, dict[int, Segment]], int]:
+    """Valid segments as a frame and per stream, and how many segment rows were invalid.
+
+    Segments are few (a stream has tens to thousands), so they are collected and validated by the reference
+    (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
+    is left out and counted.
+    """
+    rows = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).distinct().collect()
+    by_stream: dict[str, dict[int, Segment]] = {}
+    invalid = 0
+    conflicting: set[tuple[str, int]] = set()
+    for row in rows:
+        try:
+            segment = Segment(row["segment_id"], row["key_start"], row["key_end"])
+        except (TypeError, ValueError):
+            invalid += 1
+            continue
+        if row["stream"] is None:
+            invalid += 1
+            continue
+        known = by_stream.setdefault(row["stream"], {})
+        if segment.segment_id in known:
+            conflicting.add((row["stream"], segment.segment_id))
+        known[segment.segment_id] = segment
+    for stream, segment_id in conflicting:
+        invalid += sum(1 for r in rows if (r["stream"], r["segment_id"]) == (stream, segment_id))
+        del by_stream[stream][segment_id]
+    frame = spark.createDataFrame(
+        [(stream, s.segment_id, s.key_start, s.key_end) for stream, segs in by_stream.items() for s in segs.values()],
+        SEGMENTS_SCHEMA,
     )
-    conflicting = raw.groupBy("stream", "segment_id").count().where("count > 1").drop("count")
-    valid = raw.where(sane).join(F.broadcast(conflicting), ["stream", "segment_id"], "left_anti").localCheckpoint()
-    invalid = raw.count() - valid.count()
-    return valid, invalid
+    return frame, by_stream, invalid
 
 
-def _row_local_reason() -> Column:
-    """The sanity checks that need nothing but the row itself, in the reference's order."""
+def _row_local_reason(*, cheap_only: bool = False) -> Column:
+    """The sanity checks that need nothing but the row itself, in the reference's order.
+
+    ``cheap_only`` leaves out the stream-name regex and the per-row offset arrays (most of the scan's
+    cost): the fast path finds those rows from its aggregates instead (a stream whose name fails the
+    pattern, a segment group with a negative or missing offset) and sends them to the exact path, which
+    applies every check.
+    """
     value = F.col("kind").isin(*VALUE_KINDS)
     offsets = F.map_values("position")
-    return (
-        F.when(
-            F.col("stream").isNull() | ~F.col("stream").rlike(STREAM_NAME_REGEX),
-            Quarantine.INVALID_STREAM.value,
-        )
+    bad_stream = F.col("stream").isNull()
+    if not cheap_only:
+        bad_stream = bad_stream | ~F.col("stream").rlike(STREAM_NAME_REGEX)
+    reason = (
+        F.when(bad_stream, Quarantine.INVALID_STREAM.value)
         .when(F.col("writer_id").isNull() | (F.col("writer_id") == ""), Quarantine.INVALID_WRITER.value)
         .when(
             F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]),
@@ -169,23 +194,25 @@ def _row_local_reason() -> Column:
         )
         .when(value & (F.col("time_ms").isNull() | (F.col("time_ms") < 0)), Quarantine.INVALID_TIME_VALUE.value)
         .when(value & F.col("position").isNull(), Quarantine.MISSING_POSITION.value)
-        .when(
-            value
-            & ((F.size(F.array_compact(offsets)) < F.size(offsets)) | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)),
-            Quarantine.NEGATIVE_OFFSET.value,
-        )
+    )
+    if cheap_only:
+        return reason
+    return reason.when(
+        value
+        & ((F.size(F.array_compact(offsets)) < F.size(offsets)) | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)),
+        Quarantine.NEGATIVE_OFFSET.value,
     )
 
 
 def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> DataFrame:
-    """Marks of this round (and deferred ones) with a ``tag``: a row-local quarantine reason, VALUE,
+    """Marks of this round (and deferred ones) with a ``tag``: a cheap row-local quarantine reason, VALUE,
     SHUTDOWN, or DEFERRED for marks reported after ``now_ms`` (they wait for a later round)."""
     reported = F.col("reported_at_ms")
     after_previous = F.lit(True) if processed_until_ms is None else reported > F.lit(processed_until_ms)
     in_round = reported.isNull() | ((reported <= F.lit(now_ms)) & after_previous)
     deferred = reported > F.lit(now_ms)
     kind_tag = F.when(F.col("kind") == MarkKind.SHUTDOWN.value, SHUTDOWN).otherwise(VALUE)
-    tag = F.when(deferred, DEFERRED).otherwise(F.coalesce(_row_local_reason(), kind_tag))
+    tag = F.when(deferred, DEFERRED).otherwise(F.coalesce(_row_local_reason(cheap_only=True), kind_tag))
     return marks.where(in_round | deferred).withColumn("tag", tag)
 
 
@@ -208,6 +235,7 @@ def aggregate_marks(rows: DataFrame) -> DataFrame:
         F.min("time_ms").alias("min_time_ms"),
         F.max("time_ms").alias("max_time_ms"),
         F.min("offset").alias("min_offset"),
+        F.count(F.when(F.col("segment_id").isNotNull() & F.col("offset").isNull(), 1)).alias("null_offsets"),
         F.max("offset").alias("max_offset"),
         F.min("reported_at_ms").alias("min_reported_at_ms"),
         F.max("reported_at_ms").alias("max_reported_at_ms"),
@@ -237,13 +265,14 @@ def find_suspects(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -
         .where(F.col("min_offset") < F.col("stored_offset"))
         .select(*KEYS)
     )
+    bad_offsets = value.where((F.col("min_offset") < 0) | (F.col("null_offsets") > 0)).select(*KEYS)
     unknown_writer = (
         groups.where(F.col("tag") == SHUTDOWN)
         .select(*KEYS)
         .join(F.broadcast(writers0.select(*KEYS)), KEYS, "left_anti")
         .join(F.broadcast(value.select(*KEYS)), KEYS, "left_anti")
     )
-    return unknown_segment.union(time_back).union(position_back).union(unknown_writer).distinct()
+    return unknown_segment.union(time_back).union(position_back).union(bad_offsets).union(unknown_writer).distinct()
 
 
 def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
@@ -265,8 +294,9 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
         F.map_entries("position"),
         lambda e: e["value"] < F.coalesce(F.element_at(F.col("stored_position"), e["key"]), F.lit(-1)),
     )
+    row_local = _row_local_reason()
     reason = (
-        F.when(~F.col("tag").isin(VALUE, SHUTDOWN), F.col("tag"))
+        F.when(row_local.isNotNull(), row_local)
         .when(value & unknown_segment, Quarantine.UNKNOWN_SEGMENT.value)
         .when(
             value & F.col("stored_time_ms").isNotNull() & (F.col("time_ms") < F.col("stored_time_ms")),
@@ -309,80 +339,22 @@ def upper_bound(entries: DataFrame, segments: DataFrame) -> DataFrame:
     return ranged.join(F.broadcast(superseded.select("stream", "segment_id")), ["stream", "segment_id"], "left_anti")
 
 
-def missing_ranges(cut: DataFrame, streams: DataFrame) -> DataFrame:
-    """``(stream, gap_start, gap_end)``: key ranges of ``[0, 1)`` the cut leaves uncovered."""
-    before = Window.partitionBy("stream").orderBy("key_start", "key_end").rowsBetween(Window.unboundedPreceding, -1)
-    reached = F.coalesce(F.max("key_end").over(before), F.lit(0.0))
-    inner = (
-        cut.select("stream", "key_start", reached.alias("reached"))
-        .where(F.col("key_start") > F.col("reached"))
-        .select("stream", F.col("reached").alias("gap_start"), F.col("key_start").alias("gap_end"))
-    )
-    tail = (
-        streams.join(F.broadcast(cut.groupBy("stream").agg(F.max("key_end").alias("end"))), "stream", "left")
-        .select("stream", F.coalesce("end", F.lit(0.0)).alias("gap_start"), F.lit(1.0).alias("gap_end"))
-        .where(F.col("gap_start") < 1.0)
-    )
-    return inner.unionByName(tail)
+def complete_cuts(bound: DataFrame, emitted: DataFrame, segments: dict[str, dict[int, Segment]]) -> DataFrame:
+    """``(stream, cut, cut_complete)``: each emitting stream's upper bound with its uncovered key ranges
+    filled by the newest epoch's segments at offset 0.
 
-
-def _epoch(col: str) -> Column:
-    return F.shiftright(F.col(col), 32)
-
-
-def complete_cuts(cut: DataFrame, streams: DataFrame, segments: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Fill gaps with the newest epoch's segments at offset 0, as ``core.segments.complete_cut``.
-
-    Returns the completed cut and the streams whose cut still has a gap.
+    The bound has at most one row per segment of an emitting stream, so it is collected (small: streams x
+    segments) and completed on the driver by the reference rule itself, ``core.segments.complete_cut``: a
+    fixpoint over a handful of rows per stream, where each distributed iteration would cost several jobs.
     """
-    max_rounds = segments.groupBy("stream").count().agg(F.max("count")).first()
-    limit = int(max_rounds[0] if max_rounds and max_rounds[0] else 0) + 1
-    oldest = segments.groupBy("stream").agg(F.min(_epoch("segment_id")).alias("oldest_epoch"))
-    cut = cut.localCheckpoint()
-    for _ in range(limit):
-        gaps = missing_ranges(cut, streams).localCheckpoint()
-        if gaps.isEmpty():
-            return cut, gaps.select("stream")
-        newest = cut.groupBy("stream").agg(F.max(_epoch("segment_id")).alias("newest_epoch"))
-        epochs = (
-            gaps.select("stream")
-            .distinct()
-            .join(F.broadcast(newest), "stream", "left")
-            .join(F.broadcast(oldest), "stream", "left")
-            .select("stream", F.coalesce("newest_epoch", "oldest_epoch").alias("epoch"))
-            .where(F.col("epoch").isNotNull())
-        )
-        born = segments.join(F.broadcast(epochs), "stream").where(_epoch("segment_id") <= F.col("epoch"))
-        a, b = born.alias("a"), born.alias("b")
-        active = a.join(
-            F.broadcast(b),
-            (F.col("a.stream") == F.col("b.stream"))
-            & (F.col("b.segment_id") > F.col("a.segment_id"))
-            & (F.col("b.key_start") < F.col("a.key_end"))
-            & (F.col("b.key_end") > F.col("a.key_start")),
-            "left_anti",
-        )
-        g = gaps.alias("g")
-        fill = (
-            active.alias("s")
-            .join(
-                F.broadcast(g),
-                (F.col("s.stream") == F.col("g.stream"))
-                & (F.col("s.key_start") < F.col("g.gap_end"))
-                & (F.col("s.key_end") > F.col("g.gap_start")),
-                "left_semi",
-            )
-            .select("stream", "segment_id")
-            .join(F.broadcast(cut.select("stream", "segment_id")), ["stream", "segment_id"], "left_anti")
-            .distinct()
-        )
-        if fill.isEmpty():
-            return cut, gaps.select("stream").distinct()
-        entries = cut.select("stream", "segment_id", "offset").unionByName(
-            fill.withColumn("offset", F.lit(0).cast(LongType()))
-        )
-        cut = upper_bound(entries, segments).localCheckpoint()
-    return cut, missing_ranges(cut, streams).select("stream").distinct()
+    bounds = bound.groupBy("stream").agg(
+        F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut")
+    )
+    completed = []
+    for row in emitted.join(F.broadcast(bounds), "stream", "left").collect():
+        cut, complete = complete_cut(dict(row["cut"] or {}), segments.get(row["stream"], {}))
+        completed.append((row["stream"], cut, complete))
+    return bound.sparkSession.createDataFrame(completed, "stream string, cut map<bigint,bigint>, cut_complete boolean")
 
 
 # ------------------------------------------------------------------------------------------ the round
@@ -391,24 +363,35 @@ def complete_cuts(cut: DataFrame, streams: DataFrame, segments: DataFrame) -> tu
 def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     """Compute one round, write the state and the quarantine, and return the manifest (not yet written)."""
     started = time.time()
+    _size_shuffles(spark)
     now = F.lit(args.now_ms)
-    segments, invalid_segments = read_segments(spark, args.segments_path)
-    writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA).localCheckpoint()
-    streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA).localCheckpoint()
+    segments, segments_by_stream, invalid_segments = read_segments(spark, args.segments_path)
+    writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA)
+    streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA)
 
     tagged = tag_marks(read_marks(spark, args.marks_path), args.now_ms, args.processed_until_ms)
     groups = aggregate_marks(tagged).localCheckpoint()
-    suspects = find_suspects(groups, writers0, segments).localCheckpoint()
-    row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED))
-    deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks")).first()
-    n_suspects, n_row_local_bad = suspects.count(), row_local_bad.count()
+    suspect_keys = find_suspects(groups, writers0, segments).collect()  # at most one row per writer
+    invalid_streams = [
+        r["stream"]
+        for r in groups.select("stream").distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX)).collect()
+    ]  # distinct names that fail the pattern: few, and a name is checked once instead of once per mark
+    suspects = spark.createDataFrame(suspect_keys, "stream string, writer_id string")
+    summary = groups.agg(
+        F.sum(F.when(F.col("tag") == DEFERRED, F.col("marks"))).alias("deferred"),
+        F.count(F.when(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED), 1)).alias("row_local_bad"),
+    ).first()
+    assert summary is not None
+    deferred, n_row_local_bad, n_suspects = summary["deferred"] or 0, summary["row_local_bad"], len(suspect_keys)
 
     final_groups = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
     seen = final_groups.select(*KEYS)
     reason_counts: list[Any] = []
-    if n_suspects or n_row_local_bad:
+    if n_suspects or n_row_local_bad or invalid_streams:
         flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left")
-        suspect_mark = F.col("suspect").isNotNull() & F.col("tag").isin(VALUE, SHUTDOWN)
+        suspect_mark = (F.col("suspect").isNotNull() | F.col("stream").isin(*invalid_streams)) & F.col("tag").isin(
+            VALUE, SHUTDOWN
+        )
         candidates = flagged.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark).drop("suspect")
         decided = decide_exactly(candidates, writers0, segments).localCheckpoint()
         bad = decided.where(F.col("reason").isNotNull())
@@ -418,8 +401,10 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         )
         reason_counts = bad.groupBy("stream", "reason").count().collect()
         accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
-        final_groups = final_groups.join(F.broadcast(suspects), KEYS, "left_anti").unionByName(
-            aggregate_marks(accepted_exact)
+        final_groups = (
+            final_groups.where(~F.col("stream").isin(*invalid_streams))
+            .join(F.broadcast(suspects), KEYS, "left_anti")
+            .unionByName(aggregate_marks(accepted_exact))
         )
         rejected = [r.value for r in Rejection]
         seen = final_groups.select(*KEYS).union(
@@ -427,7 +412,6 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
                 F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
             ).select(*KEYS)
         )
-    final_groups = final_groups.localCheckpoint()
 
     # Writers: largest accepted time counts; its segments at the round's highest offsets.
     value = final_groups.where(F.col("tag") == VALUE)
@@ -533,7 +517,7 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         .select("*", first_mark.alias("first_mark"), status.alias("status"))
         .localCheckpoint()
     )
-    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select("stream").localCheckpoint()
+    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select("stream")
 
     entries = (
         active.join(F.broadcast(emitted), "stream", "left_semi")
@@ -544,31 +528,21 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
             )
         )
     )
-    cut, incomplete = complete_cuts(upper_bound(entries, segments), emitted, segments)
-    cut_maps = cut.groupBy("stream").agg(
-        F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut")
-    )
+    cuts = complete_cuts(upper_bound(entries, segments), emitted, segments_by_stream)
     is_emitted = F.col("status") == StreamStatus.EMITTED.value
-    result = (
-        decisions.join(F.broadcast(cut_maps), "stream", "left")
-        .join(F.broadcast(incomplete.distinct().withColumn("incomplete", F.lit(True))), "stream", "left")
-        .select(
-            "stream",
-            "status",
-            "first_mark",
-            F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
-            F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
-            F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
-            F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
-            F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
-            F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
-            F.when(is_emitted, F.coalesce("cut", F.create_map().cast(POSITION)))
-            .otherwise(F.col("wm_cut"))
-            .alias("wm_cut"),
-            F.when(is_emitted, now).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
-            F.when(is_emitted, F.col("incomplete").isNull()).otherwise(True).alias("cut_complete"),
-        )
-        .localCheckpoint()
+    result = decisions.join(F.broadcast(cuts), "stream", "left").select(
+        "stream",
+        "status",
+        "first_mark",
+        F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
+        F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
+        F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
+        F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
+        F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
+        F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
+        F.when(is_emitted, F.coalesce("cut", F.create_map().cast(POSITION))).otherwise(F.col("wm_cut")).alias("wm_cut"),
+        F.when(is_emitted, now).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+        F.when(is_emitted, F.col("cut_complete")).otherwise(True).alias("cut_complete"),
     )
 
     new_writers.write.mode("overwrite").parquet(f"{args.state_out}/writers")
@@ -582,6 +556,16 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     ).write.mode("overwrite").parquet(f"{args.state_out}/streams")
 
     return _manifest(args, result.collect(), reason_counts, deferred, invalid_segments, started)
+
+
+def _size_shuffles(spark: SparkSession) -> None:
+    """Unless the submitter chose, shuffle into as many partitions as there are cores, not Spark's 200.
+
+    After the single scan, every frame is small (writers x segments); 200 partitions per shuffle would cost
+    more than the work itself. The scan's aggregation still uses every core.
+    """
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
 
 
 def _manifest(
@@ -627,7 +611,7 @@ def _manifest(
         "totals": {
             "rejected": {k: v for k, v in sorted(totals.items()) if k in rejected_reasons},
             "quarantined": {k: v for k, v in sorted(totals.items()) if k not in rejected_reasons},
-            "deferred_marks": int(deferred[0] or 0) if deferred else 0,
+            "deferred_marks": int(deferred),
             "invalid_segments": invalid_segments,
             "streams": len(streams),
             "watermarks_emitted": sum(1 for s in streams.values() if s["watermark"]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow.sdk import DAG
@@ -14,7 +14,7 @@ def fresh_dag(prefix: str) -> DAG:
     return DAG(
         dag_id=f"{prefix}_{uuid.uuid4().hex[:8]}",
         schedule=None,
-        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
     )
 
@@ -38,7 +38,7 @@ def register(dag: DAG) -> None:
 def run_dag(dag: DAG, logical_date: datetime | None = None) -> tuple[Any, dict[str, str]]:
     """Run once; returns the DagRun and each task's final state (dag.test() does not raise on failure)."""
     register(dag)
-    run = dag.test(logical_date=logical_date or datetime(2026, 1, 1, 1, tzinfo=timezone.utc))
+    run = dag.test(logical_date=logical_date or datetime(2026, 1, 1, 1, tzinfo=UTC))
     return run, {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 

@@ -34,7 +34,7 @@ def test_two_consecutive_runs_continue_from_the_first_runs_cutoff(airflow_db, tm
     key = "wm_controller__example_controller"
     hour = lambda h: data.START + timedelta(hours=h)  # noqa: E731
 
-    run1, states1 = run_dag(dag, hour(1))
+    _run1, states1 = run_dag(dag, hour(1))
     assert states1 == {"controller_watermark": "success", "wait_for_orders": "success", "use_watermark": "success"}
     first = Variable.get(key, deserialize_json=True)
     assert first["processed_until_ms"] == int(hour(1).timestamp() * 1000)
@@ -54,7 +54,7 @@ def test_two_consecutive_runs_continue_from_the_first_runs_cutoff(airflow_db, tm
         int(hour(2).timestamp() * 1000),
     ]
 
-    run2_again, states = run_dag(dag, hour(2))  # re-running a committed interval changes nothing
+    _run2_again, states = run_dag(dag, hour(2))  # re-running a committed interval changes nothing
     assert states["controller_watermark"] == "success"
     assert Variable.get(key, deserialize_json=True) == second
 

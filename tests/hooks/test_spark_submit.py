@@ -17,7 +17,7 @@ def test_no_connection_means_the_embedded_local_master_with_this_interpreter(air
 
 
 def test_a_missing_named_connection_is_a_clear_error_not_yarn(airflow_db):
-    with pytest.raises(SparkConnectionNotFound, match="spark_conn_id='nope'.*YARN"):
+    with pytest.raises(SparkConnectionNotFound, match=r"spark_conn_id='nope'.*YARN"):
         WmSparkSubmitHook(conn_id="nope")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.models.variable import Variable
@@ -65,7 +65,7 @@ def cutoff(controller: str):
 @pytest.mark.slow
 def test_a_missing_spark_connection_fails_clearly_and_changes_nothing(airflow_db, tmp_path):
     data.write(tmp_path)
-    run, states = run_dag(controller_dag(tmp_path, "c_noconn", spark_conn_id="no_such_spark"), HOUR_1_END)
+    _run, states = run_dag(controller_dag(tmp_path, "c_noconn", spark_conn_id="no_such_spark"), HOUR_1_END)
     assert states == {"controller": "failed"}
     assert cutoff("c_noconn") is None
 
@@ -92,7 +92,7 @@ def test_a_failed_spark_job_leaves_the_cutoff_unchanged_and_a_retry_continues(ai
 
 
 def test_a_logical_time_in_the_future_is_refused(airflow_db, tmp_path):
-    future = datetime.now(timezone.utc) + timedelta(days=1)
-    run, states = run_dag(controller_dag(tmp_path, "c_future", logical_time=future.isoformat()), HOUR_1_END)
+    future = datetime.now(UTC) + timedelta(days=1)
+    _run, states = run_dag(controller_dag(tmp_path, "c_future", logical_time=future.isoformat()), HOUR_1_END)
     assert states == {"controller": "failed"}
     assert cutoff("c_future") is None

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
@@ -13,7 +13,7 @@ from airflow_provider_wm.triggers.watermark import WatermarkTrigger
 from tests.airflow_helpers import fresh_dag, run_dag, xcom
 from tests.hooks.test_watermark_store import record
 
-THRESHOLD = datetime(2026, 1, 1, 1, tzinfo=timezone.utc)
+THRESHOLD = datetime(2026, 1, 1, 1, tzinfo=UTC)
 THRESHOLD_MS = int(THRESHOLD.timestamp() * 1000)
 
 
@@ -73,12 +73,12 @@ def test_times_out_and_fails_the_run_when_the_watermark_stays_behind(airflow_db,
 
 @pytest.mark.parametrize("deferrable", [False, True])
 def test_soft_fail_skips_instead_of_failing(airflow_db, tmp_path, deferrable):
-    run, states = run_dag(sensor_dag(str(tmp_path), timeout=1, soft_fail=True, deferrable=deferrable))
+    _run, states = run_dag(sensor_dag(str(tmp_path), timeout=1, soft_fail=True, deferrable=deferrable))
     assert states == {"wait": "skipped"}
 
 
 def test_deferred_sensor_times_out_in_the_trigger(airflow_db, tmp_path):
-    run, states = run_dag(sensor_dag(str(tmp_path), timeout=1, deferrable=True))
+    _run, states = run_dag(sensor_dag(str(tmp_path), timeout=1, deferrable=True))
     assert states == {"wait": "failed"}
 
 

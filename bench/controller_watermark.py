@@ -1,0 +1,159 @@
+"""Benchmark: the controller-watermark job vs a native per-stream min/max over the same marks.
+
+Generates N writer marks (10,000 writers over 4 streams, 64 segments per stream: 32 of epoch 0, 16 of
+which split into 32 of epoch 1 halfway through), then in one Spark session (``local[2]`` by default):
+
+- round 1: the job's ``run_round`` over all N marks (no prior state);
+- round 2: a steady-state round over N/10 newer marks, with round 1's state (validation against it);
+
+and, for each, the native baseline: ``groupBy(stream).agg(min(time_ms), max(time_ms))`` over the same
+in-round marks. Prints both times and their ratio (best of ``--repeat`` runs each). Optionally a fraction
+of bad rows (negative times) exercises the quarantine path.
+
+    python bench/controller_watermark.py --marks 10000000 --bad-fraction 0.001
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.controller_watermark import RoundArgs, run_round
+
+T0 = 1_767_225_600_000
+STEP_MS = 1_000
+STREAMS = 4
+SEGMENTS_PER_EPOCH = 32
+SPLIT = 16
+EPOCH1 = 1 << 32
+
+
+def segments(spark: SparkSession) -> DataFrame:
+    rows = []
+    for s in range(STREAMS):
+        for i in range(SEGMENTS_PER_EPOCH):
+            rows.append((f"s{s}", i, i / SEGMENTS_PER_EPOCH, (i + 1) / SEGMENTS_PER_EPOCH))
+        for i in range(SPLIT):
+            mid = (i + 0.5) / SEGMENTS_PER_EPOCH
+            rows.append((f"s{s}", EPOCH1 | (32 + 2 * i), i / SEGMENTS_PER_EPOCH, mid))
+            rows.append((f"s{s}", EPOCH1 | (32 + 2 * i + 1), mid, (i + 1) / SEGMENTS_PER_EPOCH))
+    return spark.createDataFrame(rows, "stream string, segment_id long, key_start double, key_end double")
+
+
+def marks(
+    spark: SparkSession, n: int, writers: int, first_step: int, split_step: int, bad_fraction: float
+) -> DataFrame:
+    """``n`` marks: writer ``id % writers`` reports step ``first_step + id // writers``."""
+    w = F.col("id") % writers
+    step = F.lit(first_step) + (F.col("id") / writers).cast("long")
+    base = w % SEGMENTS_PER_EPOCH
+    split = (base < SPLIT) & (step >= split_step)
+    seg_a = F.when(split, F.lit(EPOCH1) + 32 + 2 * base).otherwise(base)
+    seg_b = F.when(split, F.lit(EPOCH1) + 33 + 2 * base).otherwise((base + 1) % SEGMENTS_PER_EPOCH)
+    bad_every = int(1 / bad_fraction) if bad_fraction else 0
+    time_ms = F.lit(T0) + step * STEP_MS + (w % 7)
+    if bad_every:
+        time_ms = F.when(F.col("id") % bad_every == bad_every - 1, F.lit(-1)).otherwise(time_ms)
+    return spark.range(n).select(
+        F.concat(F.lit("s"), (w % STREAMS).cast("string")).alias("stream"),
+        F.concat(F.lit("writer-"), w.cast("string")).alias("writer_id"),
+        time_ms.alias("time_ms"),
+        F.create_map(
+            seg_a.cast("long"), (step * 10).cast("long"), seg_b.cast("long"), (step * 10 + 5).cast("long")
+        ).alias("position"),
+        F.when(F.col("id") % 97 == 0, F.lit("commit")).otherwise(F.lit("note")).alias("kind"),
+        (F.lit(T0) + step * STEP_MS + 50).alias("reported_at_ms"),
+    )
+
+
+def best_of(repeat: int, fn) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--marks", type=int, default=10_000_000)
+    parser.add_argument("--writers", type=int, default=10_000)
+    parser.add_argument("--bad-fraction", type=float, default=0.0)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--driver-memory", default="4g")
+    args = parser.parse_args()
+
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("bench-controller-watermark")
+        .config("spark.driver.memory", args.driver_memory)
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="bench-controller-"))
+    try:
+        steps = args.marks // args.writers
+        marks_path, segments_path = str(work / "marks"), str(work / "segments")
+        segments(spark).write.parquet(segments_path)
+        started = time.perf_counter()
+        marks(spark, args.marks, args.writers, 0, steps // 2, args.bad_fraction).write.parquet(marks_path)
+        second = args.marks // 10
+        marks(spark, second, args.writers, steps, steps // 2, args.bad_fraction).write.mode("append").parquet(
+            marks_path
+        )
+        print(f"generated {args.marks + second:,} marks in {time.perf_counter() - started:.1f}s under {work}")
+
+        now1 = T0 + steps * STEP_MS
+        now2 = T0 + (steps + second // args.writers) * STEP_MS
+        rounds = [
+            ("round 1 (no state)", None, None, now1, args.marks),
+            ("round 2 (steady state)", now1, "r1", now2, second),
+        ]
+        print(f"\n{'':<24} {'marks':>12} {'job s':>8} {'baseline s':>11} {'ratio':>7}")
+        for name, processed_until, state_from, now, n in rounds:
+
+            def baseline(lo=processed_until, hi=now) -> None:
+                df = spark.read.parquet(marks_path)
+                r = F.col("reported_at_ms")
+                df = df.where((r <= hi) & (r > lo)) if lo is not None else df.where(r <= hi)
+                df.groupBy("stream").agg(F.min("time_ms"), F.max("time_ms")).collect()
+
+            def job(tag=name, pu=processed_until, src=state_from, now=now) -> None:
+                out = work / tag.split()[0] / tag.split()[1]
+                run_round(
+                    spark,
+                    RoundArgs(
+                        controller="bench",
+                        run_id="bench",
+                        marks_path=marks_path,
+                        segments_path=segments_path,
+                        state_in=None if src is None else str(work / "round" / "1" / "state"),
+                        state_out=str(out / "state"),
+                        round_out=str(out / "out"),
+                        now_ms=now,
+                        processed_until_ms=pu,
+                        writer_timeout_ms=600_000,
+                        initial_delay_ms=0,
+                    ),
+                )
+
+            baseline()  # warm the file cache for both
+            job_s = best_of(args.repeat, job)
+            base_s = best_of(args.repeat, baseline)
+            print(f"{name:<24} {n:>12,} {job_s:>8.2f} {base_s:>11.2f} {job_s / base_s:>7.2f}")
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Packaging: Airflow discovers the provider, and the wheel ships the Spark jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import airflow_provider_wm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_provider_info_matches_airflows_schema_and_names_real_modules():
+    import importlib
+
+    import airflow
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    info = airflow_provider_wm.get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["package-name"] == "airflow-provider-wm"
+    for section in ("hooks", "operators", "sensors", "triggers"):
+        for module in info[section][0]["python-modules"]:
+            importlib.import_module(module)
+
+
+def test_airflow_providers_list_shows_the_package(airflow_db):
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "providers", "list", "--output", "json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    ).stdout
+    providers = {p["package_name"]: p for p in json.loads(out[out.index("[") :])}
+    assert providers["airflow-provider-wm"]["version"] == airflow_provider_wm.__version__
+    assert "apache-airflow-providers-apache-spark" in providers
+
+
+@pytest.mark.slow
+def test_the_wheel_contains_the_spark_jobs_and_the_entry_point(tmp_path):
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("airflow_provider_wm-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+        assert "airflow_provider_wm:get_provider_info" in zf.read(entry_points).decode()
+    assert {"spark_jobs/controller_watermark.py", "spark_jobs/common.py"} <= names
+    assert "airflow_provider_wm/core/controller.py" in names
+    assert not any(n.startswith(("tests/", "dags/", "bench/")) for n in names)
