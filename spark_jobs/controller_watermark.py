@@ -312,7 +312,7 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
         .distinct()
         .withColumn("known_writer", F.lit(True))
     )
-    unknown_writer = (F.col("tag") == SHUTDOWN) & F.col("known_writer").isNull()
+    unknown_writer = (F.col("tag") == SHUTDOWN) & F.col("reason").isNull() & F.col("known_writer").isNull()
     return (
         decided.join(F.broadcast(known_writers), KEYS, "left")
         .withColumn("reason", F.when(unknown_writer, Rejection.UNKNOWN_WRITER.value).otherwise(F.col("reason")))

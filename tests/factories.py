@@ -23,6 +23,9 @@ from spark_jobs.controller_watermark import (
 
 # Three segments of epoch 0 over [0, 1/3), [1/3, 2/3), [2/3, 1): the worked example.
 THIRDS = [Segment(0, 0.0, 1 / 3), Segment(1, 1 / 3, 2 / 3), Segment(2, 2 / 3, 1.0)]
+E1 = 1 << 32
+# The same, with segment 1 [1/3, 2/3) split into two segments of epoch 1 (a scale event).
+SPLIT = [*THIRDS, Segment(E1 | 3, 1 / 3, 0.5), Segment(E1 | 4, 0.5, 2 / 3)]
 
 
 def mark(
@@ -126,3 +129,16 @@ def run_spark_round(
         initial_delay_ms=initial_delay_ms,
     )
     return run_round(spark, args), args.state_out
+
+
+# The worked example: two rounds of three writers over THIRDS.
+ROUND_1 = [
+    mark("w1", 100, {0: 100, 1: 200}),
+    mark("w2", 101, {1: 100, 2: 200}),
+    mark("w3", 102, {2: 100, 0: 200}),
+]
+ROUND_2 = [
+    mark("w1", 200, {1: 300}, reported_at_ms=3_000),
+    mark("w2", 201, {1: 100, 2: 300}, reported_at_ms=3_000),
+    mark("w3", 202, {2: 300}, reported_at_ms=3_000),
+]

@@ -17,21 +17,10 @@ from airflow_provider_wm.core.controller import (
     run_round,
 )
 from airflow_provider_wm.core.segments import cut_position_at, segment_map
-from tests.factories import THIRDS, mark
+from tests.factories import ROUND_1, ROUND_2, THIRDS, mark
 
 SEGS = {"s": segment_map(THIRDS)}
 NO_DELAY = ControllerConfig(writer_timeout_ms=1_000, initial_delay_ms=0)
-
-ROUND_1 = [
-    mark("w1", 100, {0: 100, 1: 200}),
-    mark("w2", 101, {1: 100, 2: 200}),
-    mark("w3", 102, {2: 100, 0: 200}),
-]
-ROUND_2 = [
-    mark("w1", 200, {1: 300}, reported_at_ms=3_000),
-    mark("w2", 201, {1: 100, 2: 300}, reported_at_ms=3_000),
-    mark("w3", 202, {2: 300}, reported_at_ms=3_000),
-]
 
 
 def rounds(*batches, config=NO_DELAY, segments=SEGS, start=None):

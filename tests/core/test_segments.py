@@ -14,11 +14,7 @@ from airflow_provider_wm.core.segments import (
     stream_cut,
     upper_bound,
 )
-from tests.factories import THIRDS
-
-E1 = 1 << 32
-# Segment 1 [1/3, 2/3) splits into two segments of epoch 1.
-SPLIT = [*THIRDS, Segment(E1 | 3, 1 / 3, 0.5), Segment(E1 | 4, 0.5, 2 / 3)]
+from tests.factories import E1, SPLIT, THIRDS
 
 
 def test_worked_example_cut_takes_the_highest_offset_per_segment():

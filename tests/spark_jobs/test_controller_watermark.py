@@ -17,22 +17,20 @@ from airflow_provider_wm.core.controller import (
     WriterMark,
     run_round,
 )
-from airflow_provider_wm.core.segments import Segment, segment_map
-from tests.factories import THIRDS, mark, read_state, run_spark_round, watermark_from_manifest
+from airflow_provider_wm.core.segments import segment_map
+from tests.factories import (
+    E1,
+    ROUND_1,
+    ROUND_2,
+    SPLIT,
+    THIRDS,
+    mark,
+    read_state,
+    run_spark_round,
+    watermark_from_manifest,
+)
 
-E1 = 1 << 32
-SPLIT = [*THIRDS, Segment(E1 | 3, 1 / 3, 0.5), Segment(E1 | 4, 0.5, 2 / 3)]
 SEGMENTS = {"s": SPLIT, "t": THIRDS}
-ROUND_1 = [
-    mark("w1", 100, {0: 100, 1: 200}),
-    mark("w2", 101, {1: 100, 2: 200}),
-    mark("w3", 102, {2: 100, 0: 200}),
-]
-ROUND_2 = [
-    mark("w1", 200, {1: 300}, reported_at_ms=3_000),
-    mark("w2", 201, {1: 100, 2: 300}, reported_at_ms=3_000),
-    mark("w3", 202, {2: 300}, reported_at_ms=3_000),
-]
 
 
 def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=SEGMENTS):
