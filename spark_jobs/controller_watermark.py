@@ -360,61 +360,65 @@ def complete_cuts(bound: DataFrame, emitted: DataFrame, segments: dict[str, dict
 # ------------------------------------------------------------------------------------------ the round
 
 
-def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
-    """Compute one round, write the state and the quarantine, and return the manifest (not yet written)."""
-    started = time.time()
-    _size_shuffles(spark)
-    now = F.lit(args.now_ms)
-    segments, segments_by_stream, invalid_segments = read_segments(spark, args.segments_path)
-    writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA)
-    streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA)
+@dataclass(frozen=True)
+class _Accepted:
+    """What the marks of a round amount to once every mark is decided."""
 
-    tagged = tag_marks(read_marks(spark, args.marks_path), args.now_ms, args.processed_until_ms)
-    groups = aggregate_marks(tagged).localCheckpoint()
+    groups: DataFrame  # accepted marks' aggregates per (stream, writer, tag, segment)
+    seen: DataFrame  # (stream, writer_id) of every writer with a sane mark
+    reason_counts: list[Any]  # rows (stream, reason, count) of quarantined and rejected marks
+
+
+def accept_marks(
+    spark: SparkSession,
+    tagged: DataFrame,
+    groups: DataFrame,
+    writers0: DataFrame,
+    segments: DataFrame,
+    quarantine_path: str,
+) -> _Accepted:
+    """Fast path for writers whose sane marks are all accepted; exact path (second scan) for the rest."""
     suspect_keys = find_suspects(groups, writers0, segments).collect()  # at most one row per writer
     invalid_streams = [
         r["stream"]
         for r in groups.select("stream").distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX)).collect()
     ]  # distinct names that fail the pattern: few, and a name is checked once instead of once per mark
+    row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
+    accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
+    if not (suspect_keys or row_local_bad or invalid_streams):
+        return _Accepted(accepted, accepted.select(*KEYS), [])
+
     suspects = spark.createDataFrame(suspect_keys, "stream string, writer_id string")
-    summary = groups.agg(
-        F.sum(F.when(F.col("tag") == DEFERRED, F.col("marks"))).alias("deferred"),
-        F.count(F.when(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED), 1)).alias("row_local_bad"),
-    ).first()
-    assert summary is not None
-    deferred, n_row_local_bad, n_suspects = summary["deferred"] or 0, summary["row_local_bad"], len(suspect_keys)
+    flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left")
+    suspect_mark = (F.col("suspect").isNotNull() | F.col("stream").isin(*invalid_streams)) & F.col("tag").isin(
+        VALUE, SHUTDOWN
+    )
+    candidates = flagged.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark).drop("suspect")
+    decided = decide_exactly(candidates, writers0, segments).localCheckpoint()
+    bad = decided.where(F.col("reason").isNotNull())
+    rejected = [r.value for r in Rejection]
+    category = F.when(F.col("reason").isin(*rejected), "rejected").otherwise("quarantined")
+    bad.select(*MARKS_SCHEMA.fieldNames(), "reason", category.alias("category")).write.mode("overwrite").parquet(
+        quarantine_path
+    )
+    accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
+    groups_final = (
+        accepted.where(~F.col("stream").isin(*invalid_streams))
+        .join(F.broadcast(suspects), KEYS, "left_anti")
+        .unionByName(aggregate_marks(accepted_exact))
+    )
+    sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
+    seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS))
+    return _Accepted(groups_final, seen, bad.groupBy("stream", "reason").count().collect())
 
-    final_groups = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
-    seen = final_groups.select(*KEYS)
-    reason_counts: list[Any] = []
-    if n_suspects or n_row_local_bad or invalid_streams:
-        flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left")
-        suspect_mark = (F.col("suspect").isNotNull() | F.col("stream").isin(*invalid_streams)) & F.col("tag").isin(
-            VALUE, SHUTDOWN
-        )
-        candidates = flagged.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark).drop("suspect")
-        decided = decide_exactly(candidates, writers0, segments).localCheckpoint()
-        bad = decided.where(F.col("reason").isNotNull())
-        category = F.when(F.col("reason").isin(*[r.value for r in Rejection]), "rejected").otherwise("quarantined")
-        bad.select(*MARKS_SCHEMA.fieldNames(), "reason", category.alias("category")).write.mode("overwrite").parquet(
-            f"{args.round_out}/quarantine"
-        )
-        reason_counts = bad.groupBy("stream", "reason").count().collect()
-        accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
-        final_groups = (
-            final_groups.where(~F.col("stream").isin(*invalid_streams))
-            .join(F.broadcast(suspects), KEYS, "left_anti")
-            .unionByName(aggregate_marks(accepted_exact))
-        )
-        rejected = [r.value for r in Rejection]
-        seen = final_groups.select(*KEYS).union(
-            decided.where(
-                F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
-            ).select(*KEYS)
-        )
 
-    # Writers: largest accepted time counts; its segments at the round's highest offsets.
-    value = final_groups.where(F.col("tag") == VALUE)
+def next_writer_states(accepted: DataFrame, writers0: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Writers after the round's marks, before participation; and per-writer accepted-mark figures.
+
+    The largest accepted time counts; the position is the segments of the marks at that time, each at the
+    round's highest offset; the last event (shutdown wins a tie) decides whether the writer is alive.
+    """
+    value = accepted.where(F.col("tag") == VALUE)
     per_writer = value.groupBy(*KEYS).agg(
         F.max("max_time_ms").alias("new_time_ms"),
         F.sum("marks").alias("accepted_marks"),
@@ -428,7 +432,7 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "max_offset"))).alias("new_position"))
     )
     shutdowns = (
-        final_groups.where(F.col("tag") == SHUTDOWN)
+        accepted.where(F.col("tag") == SHUTDOWN)
         .groupBy(*KEYS)
         .agg(F.max("max_reported_at_ms").alias("last_shutdown_at_ms"))
     )
@@ -452,31 +456,47 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         .when(F.col("last_value_at_ms").isNotNull(), F.lit(True))
         .otherwise(F.coalesce("alive", F.lit(True)))
         .alias("alive"),
-        F.col("lagging_since_ms").alias("lagging_since_0"),
+        "lagging_since_ms",
     )
+    return writers, per_writer
 
-    # Participation and writer timeout.
-    prev = streams0.select("stream", "wm_lower_ms")
+
+def active_writers(writers: DataFrame, streams0: DataFrame, now_ms: int, writer_timeout_ms: int) -> DataFrame:
+    """Participation (time above the previous lower bound) and the writer timeout; drops inactive writers."""
+    now = F.lit(now_ms)
     participating = F.col("wm_lower_ms").isNull() | (F.col("time_ms") > F.col("wm_lower_ms"))
-    since = F.coalesce("lagging_since_0", now)
-    judged = writers.join(F.broadcast(prev), "stream", "left").select(
-        *KEYS,
-        "time_ms",
-        "position",
-        "alive",
-        participating.alias("participating"),
-        F.when(participating, F.lit(None).cast(LongType())).otherwise(since).alias("lagging_since_ms"),
-        (participating | (F.col("alive") & (now - since < F.lit(args.writer_timeout_ms)))).alias("active"),
+    since = F.coalesce("lagging_since_ms", now)
+    return (
+        writers.join(F.broadcast(streams0.select("stream", "wm_lower_ms")), "stream", "left")
+        .select(
+            *KEYS,
+            "time_ms",
+            "position",
+            "alive",
+            participating.alias("participating"),
+            F.when(participating, F.lit(None).cast(LongType())).otherwise(since).alias("lagging_since_ms"),
+            (participating | (F.col("alive") & (now - since < F.lit(writer_timeout_ms)))).alias("active"),
+        )
+        .where("active")
     )
-    active = judged.where("active").localCheckpoint()
-    new_writers = active.select(*WRITERS_STATE_SCHEMA.fieldNames())
 
-    # Streams: which exist, their first mark, and what each one emits.
+
+def stream_decisions(
+    spark: SparkSession,
+    streams0: DataFrame,
+    active: DataFrame,
+    per_writer: DataFrame,
+    accepted: _Accepted,
+    now_ms: int,
+    initial_delay_ms: int,
+) -> DataFrame:
+    """Per stream: its figures and its status (EMITTED or why not), with the previous watermark."""
+    now = F.lit(now_ms)
     valid_streams_in_reasons = spark.createDataFrame(
-        [(r["stream"],) for r in reason_counts if r["reason"] != Quarantine.INVALID_STREAM.value],
+        [(r["stream"],) for r in accepted.reason_counts if r["reason"] != Quarantine.INVALID_STREAM.value],
         "stream string",
     )
-    streams = streams0.select("stream").union(seen.select("stream")).union(valid_streams_in_reasons).distinct()
+    streams = streams0.select("stream").union(accepted.seen.select("stream")).union(valid_streams_in_reasons).distinct()
     first_marks = per_writer.groupBy("stream").agg(F.min("first_reported_at_ms").alias("first_in_round"))
     by_stream = active.groupBy("stream").agg(
         F.count("*").alias("active_writers"),
@@ -485,40 +505,50 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         F.sort_array(F.collect_list(F.when(~F.col("participating"), F.col("writer_id")))).alias("waiting"),
     )
     counts = (
-        seen.distinct()
+        accepted.seen.distinct()
         .groupBy("stream")
         .agg(F.count("*").alias("writers_seen"))
-        .join(
-            per_writer.groupBy("stream").agg(F.sum("accepted_marks").alias("marks_accepted")),
-            "stream",
-            "full",
-        )
+        .join(per_writer.groupBy("stream").agg(F.sum("accepted_marks").alias("marks_accepted")), "stream", "full")
     )
     first_mark = F.least("first_mark_at_ms", "first_in_round")
-    n_waiting = F.size("waiting")
     status = (
         F.when(F.coalesce("active_writers", F.lit(0)) == 0, StreamStatus.NO_ACTIVE_WRITERS.value)
-        .when(
-            first_mark.isNull() | (now - first_mark < F.lit(args.initial_delay_ms)),
-            StreamStatus.INITIAL_DELAY.value,
-        )
-        .when(n_waiting > 0, StreamStatus.WAITING_FOR_WRITERS.value)
+        .when(first_mark.isNull() | (now - first_mark < F.lit(initial_delay_ms)), StreamStatus.INITIAL_DELAY.value)
+        .when(F.size("waiting") > 0, StreamStatus.WAITING_FOR_WRITERS.value)
         .when(
             F.col("wm_lower_ms").isNotNull() & (F.col("lower_ms") <= F.col("wm_lower_ms")),
             StreamStatus.TIME_NOT_ADVANCED.value,
         )
         .otherwise(StreamStatus.EMITTED.value)
     )
-    decisions = (
+    return (
         streams.join(F.broadcast(streams0), "stream", "left")
         .join(F.broadcast(first_marks), "stream", "left")
         .join(F.broadcast(by_stream), "stream", "left")
         .join(F.broadcast(counts), "stream", "left")
         .select("*", first_mark.alias("first_mark"), status.alias("status"))
-        .localCheckpoint()
     )
-    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select("stream")
 
+
+def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
+    """Compute one round, write the state and the quarantine, and return the manifest (not yet written)."""
+    started = time.time()
+    _size_shuffles(spark)
+    segments, segments_by_stream, invalid_segments = read_segments(spark, args.segments_path)
+    writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA)
+    streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA)
+
+    tagged = tag_marks(read_marks(spark, args.marks_path), args.now_ms, args.processed_until_ms)
+    groups = aggregate_marks(tagged).localCheckpoint()  # the one scan of the marks in the common case
+    deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks")).first()
+    accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{args.round_out}/quarantine")
+    writers, per_writer = next_writer_states(accepted.groups, writers0)
+    active = active_writers(writers, streams0, args.now_ms, args.writer_timeout_ms).localCheckpoint()
+    decisions = stream_decisions(
+        spark, streams0, active, per_writer, accepted, args.now_ms, args.initial_delay_ms
+    ).localCheckpoint()
+
+    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select("stream")
     entries = (
         active.join(F.broadcast(emitted), "stream", "left_semi")
         .select("stream", F.explode("position").alias("segment_id", "offset"))
@@ -541,11 +571,11 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
         F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
         F.when(is_emitted, F.coalesce("cut", F.create_map().cast(POSITION))).otherwise(F.col("wm_cut")).alias("wm_cut"),
-        F.when(is_emitted, now).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+        F.when(is_emitted, F.lit(args.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
         F.when(is_emitted, F.col("cut_complete")).otherwise(True).alias("cut_complete"),
     )
 
-    new_writers.write.mode("overwrite").parquet(f"{args.state_out}/writers")
+    active.select(*WRITERS_STATE_SCHEMA.fieldNames()).write.mode("overwrite").parquet(f"{args.state_out}/writers")
     result.select(
         "stream",
         F.col("first_mark").alias("first_mark_at_ms"),
@@ -554,8 +584,8 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         "wm_cut",
         "wm_computed_at_ms",
     ).write.mode("overwrite").parquet(f"{args.state_out}/streams")
-
-    return _manifest(args, result.collect(), reason_counts, deferred, invalid_segments, started)
+    deferred_marks = int(deferred[0] or 0) if deferred else 0
+    return _manifest(args, result.collect(), accepted.reason_counts, deferred_marks, invalid_segments, started)
 
 
 def _size_shuffles(spark: SparkSession) -> None:
@@ -572,7 +602,7 @@ def _manifest(
     args: RoundArgs,
     rows: Sequence[Any],
     reason_counts: Sequence[Any],
-    deferred: Any,
+    deferred: int,
     invalid_segments: int,
     started: float,
 ) -> dict[str, Any]:
