@@ -40,7 +40,12 @@ def airflow_db() -> Path:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
+    import logging
+
     from pyspark.sql import SparkSession
+
+    # py4j logs "Closing down clientserver connection" at exit, after pytest has closed its capture streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     session = (
         SparkSession.builder.master("local[2]")
