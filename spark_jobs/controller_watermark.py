@@ -304,7 +304,7 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
         )
         .when(value & F.col("stored_position").isNotNull() & goes_back, Rejection.INVALID_POSITION.value)
     )
-    decided = rows.withColumn("reason", reason)
+    decided = rows.withColumn("reason", reason).localCheckpoint()  # read twice below: scan the marks once
     known_writers = (
         decided.where(value & F.col("reason").isNull())
         .select(*KEYS)
