@@ -3,7 +3,8 @@
 The Variable ``wm_controller__<controller>`` holds a small JSON document a person can read on the UI's
 Variables page::
 
-    {"controller": "orders", "version": 7, "processed_until_ms": ..., "state_path": ".../state/<round>",
+    {"controller": "orders", "version": 7, "processed_until_ms": ..., "processed_marks": 1234,
+     "state_path": ".../state/<round>",
      "watermarks": {"orders": {"lower_ms": ..., "upper_ms": ..., "computed_at_ms": ...}},
      "run_id": "scheduled__...", "committed_at": "2026-01-01T01:00:00+00:00"}
 
@@ -41,6 +42,7 @@ class ControllerCutoff:
     run_id: str
     committed_at: str
     watermarks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    processed_marks: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +57,7 @@ class ControllerCutoff:
             run_id=str(data["run_id"]),
             committed_at=str(data["committed_at"]),
             watermarks=dict(data.get("watermarks") or {}),
+            processed_marks=int(data.get("processed_marks", 0)),
         )
 
 

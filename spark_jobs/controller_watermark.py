@@ -125,6 +125,7 @@ class RoundArgs:
     initial_delay_ms: int
     state_in: str | None = None
     processed_until_ms: int | None = None
+    processed_marks: int = 0
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -202,6 +203,21 @@ def _row_local_reason(*, cheap_only: bool = False) -> Column:
         & ((F.size(F.array_compact(offsets)) < F.size(offsets)) | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)),
         Quarantine.NEGATIVE_OFFSET.value,
     )
+
+
+def count_late_marks(marks: DataFrame, args: RoundArgs) -> tuple[int, int]:
+    """(late marks, marks reported up to now): see ``core.controller.late_marks``.
+
+    One pass over the ``reported_at_ms`` column only, so the main scan can still skip old row groups.
+    """
+    reported = F.col("reported_at_ms")
+    past = F.lit(False) if args.processed_until_ms is None else reported <= F.lit(args.processed_until_ms)
+    row = marks.agg(
+        F.count(F.when(past, 1)).alias("past"), F.count(F.when(reported <= F.lit(args.now_ms), 1)).alias("total")
+    ).first()
+    assert row is not None
+    late = 0 if args.processed_until_ms is None else max(0, int(row["past"]) - args.processed_marks)
+    return late, int(row["total"])
 
 
 def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> DataFrame:
@@ -538,7 +554,9 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA)
     streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA)
 
-    tagged = tag_marks(read_marks(spark, args.marks_path), args.now_ms, args.processed_until_ms)
+    marks = read_marks(spark, args.marks_path)
+    late, processed_marks = count_late_marks(marks, args)
+    tagged = tag_marks(marks, args.now_ms, args.processed_until_ms)
     groups = aggregate_marks(tagged).localCheckpoint()  # the one scan of the marks in the common case
     deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks")).first()
     accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{args.round_out}/quarantine")
@@ -585,7 +603,10 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         "wm_computed_at_ms",
     ).write.mode("overwrite").parquet(f"{args.state_out}/streams")
     deferred_marks = int(deferred[0] or 0) if deferred else 0
-    return _manifest(args, result.collect(), accepted.reason_counts, deferred_marks, invalid_segments, started)
+    manifest = _manifest(args, result.collect(), accepted.reason_counts, deferred_marks, invalid_segments, started)
+    manifest["processed_marks"] = processed_marks
+    manifest["totals"]["late_marks"] = late
+    return manifest
 
 
 def _size_shuffles(spark: SparkSession) -> None:
@@ -681,6 +702,7 @@ def parse_args(argv: Sequence[str]) -> RoundArgs:
     parser.add_argument("--round-out", required=True)
     parser.add_argument("--now-ms", type=int, required=True)
     parser.add_argument("--processed-until-ms", type=int)
+    parser.add_argument("--processed-marks", type=int, default=0)
     parser.add_argument("--writer-timeout-ms", type=int, required=True)
     parser.add_argument("--initial-delay-ms", type=int, required=True)
     ns = parser.parse_args(list(argv))
@@ -694,6 +716,7 @@ def parse_args(argv: Sequence[str]) -> RoundArgs:
         round_out=ns.round_out,
         now_ms=ns.now_ms,
         processed_until_ms=ns.processed_until_ms,
+        processed_marks=ns.processed_marks,
         writer_timeout_ms=ns.writer_timeout_ms,
         initial_delay_ms=ns.initial_delay_ms,
     )

@@ -62,7 +62,7 @@ def write_segments(spark: Any, segments: Mapping[str, Iterable[Segment]], path: 
     return str(path)
 
 
-def read_state(spark: Any, path: str, processed_until_ms: int | None) -> ControllerState:
+def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_marks: int = 0) -> ControllerState:
     writers: dict[str, dict[str, WriterState]] = {}
     for r in spark.read.schema(WRITERS_STATE_SCHEMA).parquet(f"{path}/writers").collect():
         writers.setdefault(r["stream"], {})[r["writer_id"]] = WriterState(
@@ -83,7 +83,7 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None) -> Control
                 r["wm_computed_at_ms"],
             )
         streams[r["stream"]] = StreamState(r["first_mark_at_ms"], wm, writers.get(r["stream"], {}))
-    return ControllerState(streams=streams, processed_until_ms=processed_until_ms)
+    return ControllerState(streams=streams, processed_until_ms=processed_until_ms, processed_marks=processed_marks)
 
 
 def watermark_from_manifest(entry: Mapping[str, Any] | None) -> Watermark | None:
@@ -107,6 +107,7 @@ def run_spark_round(
     now_ms: int,
     state_in: str | None = None,
     processed_until_ms: int | None = None,
+    processed_marks: int = 0,
     writer_timeout_ms: int = 600_000,
     initial_delay_ms: int = 0,
     round_name: str = "r",
@@ -125,6 +126,7 @@ def run_spark_round(
         round_out=str(workdir / f"{round_name}-out"),
         now_ms=now_ms,
         processed_until_ms=processed_until_ms,
+        processed_marks=processed_marks,
         writer_timeout_ms=writer_timeout_ms,
         initial_delay_ms=initial_delay_ms,
     )

@@ -67,6 +67,7 @@ __all__ = [
     "WriterState",
     "in_round",
     "is_valid_stream_name",
+    "late_marks",
     "position_goes_back",
     "run_round",
 ]
@@ -161,6 +162,8 @@ class StreamState:
 class ControllerState:
     streams: Mapping[str, StreamState] = field(default_factory=dict)
     processed_until_ms: int | None = None
+    #: How many marks with a report time at or before ``processed_until_ms`` the rounds have seen.
+    processed_marks: int = 0
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class RoundResult:
     quarantined: list[tuple[WriterMark, Quarantine]]
     rejected: list[tuple[WriterMark, Rejection]]
     deferred_marks: int
+    late_marks: int = 0
 
     @property
     def watermarks(self) -> dict[str, Watermark]:
@@ -240,6 +244,25 @@ def _quarantine_reason(mark: WriterMark, segments: Mapping[int, Segment]) -> Qua
     if any(seg not in segments for seg in mark.position):
         return Quarantine.UNKNOWN_SEGMENT
     return None
+
+
+def late_marks(state: ControllerState, marks: Iterable[WriterMark]) -> int:
+    """Marks that became visible after the round that covered their report time: never applied.
+
+    A round takes the marks with ``processed_until < reported_at <= now``; one that lands in the dataset
+    later than that (a slow upload) would be skipped without a trace. The state remembers how many marks
+    had a report time at or before ``processed_until``; any growth of that number is late marks, counted
+    and reported (they cannot be applied: their round is committed). Fewer (retention deleted old marks)
+    is not late.
+
+    >>> seen_one = ControllerState(processed_until_ms=10, processed_marks=1)
+    >>> late_marks(seen_one, [WriterMark("s", "w", 1, {}, "note", 5)] * 3)
+    2
+    """
+    if state.processed_until_ms is None:
+        return 0
+    past = sum(1 for m in marks if m.reported_at_ms is not None and m.reported_at_ms <= state.processed_until_ms)
+    return max(0, past - state.processed_marks)
 
 
 def in_round(reported_at_ms: int | None, processed_until_ms: int | None, now_ms: int) -> bool:
@@ -319,6 +342,8 @@ def run_round(
         )
     if state.processed_until_ms == now_ms:  # this round already ran: a re-run changes nothing
         return RoundResult(state=state, reports={}, quarantined=[], rejected=[], deferred_marks=0)
+    marks = list(marks)
+    late = late_marks(state, marks)
     quarantined: list[tuple[WriterMark, Quarantine]] = []
     rejected: list[tuple[WriterMark, Rejection]] = []
     per_writer: dict[str, dict[str, _WriterRound]] = defaultdict(lambda: defaultdict(_WriterRound))
@@ -367,11 +392,16 @@ def run_round(
         )
         new_streams[stream] = new_state
     return RoundResult(
-        state=ControllerState(streams=new_streams, processed_until_ms=now_ms),
+        state=ControllerState(
+            streams=new_streams,
+            processed_until_ms=now_ms,
+            processed_marks=sum(1 for m in marks if m.reported_at_ms is not None and m.reported_at_ms <= now_ms),
+        ),
         reports=reports,
         quarantined=quarantined,
         rejected=rejected,
         deferred_marks=deferred,
+        late_marks=late,
     )
 
 

@@ -125,6 +125,13 @@ class ControllerWatermarkOperator(BaseOperator):
             "streams": manifest["streams"],
         }
         self._log_summary(summary)
+        if manifest["totals"].get("late_marks"):
+            self.log.warning(
+                "%s marks of controller %s landed after the round that covered their reported_at_ms and were "
+                "not applied: the marks dataset must be appended to before reported_at_ms passes",
+                manifest["totals"]["late_marks"],
+                self.controller,
+            )
         watermarks = dict(cutoff.watermarks) if cutoff else {}
         for stream, entry in manifest["streams"].items():
             watermark = entry["watermark"] or entry.get("previous_watermark")
@@ -138,6 +145,7 @@ class ControllerWatermarkOperator(BaseOperator):
             run_id=run_id,
             committed_at=dt.datetime.now(dt.UTC).isoformat(),
             watermarks=watermarks,
+            processed_marks=int(manifest["processed_marks"]),
         )
         ti = context["ti"]
         ti.xcom_push(key="return_value", value=summary)
@@ -166,7 +174,11 @@ class ControllerWatermarkOperator(BaseOperator):
             "--initial-delay-ms", str(self.initial_delay_ms),
         ]  # fmt: skip
         if cutoff is not None:
-            args += ["--state-in", cutoff.state_path, "--processed-until-ms", str(cutoff.processed_until_ms)]
+            args += [
+                "--state-in", cutoff.state_path,
+                "--processed-until-ms", str(cutoff.processed_until_ms),
+                "--processed-marks", str(cutoff.processed_marks),
+            ]  # fmt: skip
         hook = WmSparkSubmitHook(
             conn_id=self.spark_conn_id,
             conf=self.spark_conf,

@@ -35,7 +35,7 @@ SEGMENTS = {"s": SPLIT, "t": THIRDS}
 
 def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=SEGMENTS):
     """Run the same rounds through core and through the job; yields (core result, manifest, job state)."""
-    core_state, job_state, processed_until = ControllerState(), None, None
+    core_state, job_state, processed_until, processed_marks = ControllerState(), None, None, 0
     core_segments = {name: segment_map(segs) for name, segs in segments.items()}
     for i, batch in enumerate(batches):
         now = 2_000 * (i + 1)
@@ -48,12 +48,13 @@ def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=
             now_ms=now,
             state_in=job_state,
             processed_until_ms=processed_until,
+            processed_marks=processed_marks,
             writer_timeout_ms=config.writer_timeout_ms,
             initial_delay_ms=config.initial_delay_ms,
             round_name=f"round{i}",
         )
-        yield core, manifest, read_state(spark, job_state, now)
-        core_state, processed_until = core.state, now
+        yield core, manifest, read_state(spark, job_state, now, manifest["processed_marks"])
+        core_state, processed_until, processed_marks = core.state, now, manifest["processed_marks"]
 
 
 def assert_same(core: RoundResult, manifest: dict, job_state: ControllerState, spark, round_out: str) -> None:
@@ -74,6 +75,7 @@ def assert_same(core: RoundResult, manifest: dict, job_state: ControllerState, s
         if report.watermark is not None:
             assert entry["cut_complete"] == report.cut_complete
     assert manifest["totals"]["deferred_marks"] == core.deferred_marks
+    assert manifest["totals"]["late_marks"] == core.late_marks
     expected_bad = Counter(
         (m.stream, m.writer_id, m.time_ms, str(reason)) for m, reason in [*core.quarantined, *core.rejected]
     )
@@ -197,3 +199,15 @@ def test_random_rounds_give_the_same_results_in_spark_and_in_core(spark, tmp_pat
     workdir = tmp_path_factory.mktemp("differential")
     for core, manifest, state in run_both(spark, workdir, batches, config):
         assert_same(core, manifest, state, spark, "")
+
+
+def test_marks_that_land_after_their_round_are_counted_as_late(spark, tmp_path):
+    on_time = mark("w", 10, {0: 1}, reported_at_ms=1_500)
+    landed_late = mark("w", 11, {0: 2}, reported_at_ms=1_900)  # appended after round 1 ran
+    later = mark("w", 30, {0: 3}, reported_at_ms=3_000)
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    results = list(run_both(spark, tmp_path, [[on_time], [on_time, landed_late, later]], config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert [m["totals"]["late_marks"] for _, m, _ in results] == [0, 1]
+    assert results[1][1]["processed_marks"] == 3
