@@ -425,7 +425,8 @@ def accept_marks(
     )
     sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
     seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS))
-    return _Accepted(groups_final, seen, bad.groupBy("stream", "reason").count().collect())
+    reason_counts = bad.groupBy("stream", "reason").count().collect()  # one row per stream and reason
+    return _Accepted(groups_final, seen, reason_counts)
 
 
 def next_writer_states(accepted: DataFrame, writers0: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -603,7 +604,8 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         "wm_computed_at_ms",
     ).write.mode("overwrite").parquet(f"{args.state_out}/streams")
     deferred_marks = int(deferred[0] or 0) if deferred else 0
-    manifest = _manifest(args, result.collect(), accepted.reason_counts, deferred_marks, invalid_segments, started)
+    per_stream = result.collect()  # one row per stream, for the manifest
+    manifest = _manifest(args, per_stream, accepted.reason_counts, deferred_marks, invalid_segments, started)
     manifest["processed_marks"] = processed_marks
     manifest["totals"]["late_marks"] = late
     return manifest
