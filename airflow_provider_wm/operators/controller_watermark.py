@@ -107,7 +107,7 @@ class ControllerWatermarkOperator(BaseOperator):
         state_out = store.controller_url(self.controller, "state", round_id)
         manifest = self._submit(store, cutoff, now_ms, run_id, round_out, state_out)
 
-        published = {}
+        published: dict[str, bool] = {}
         for stream, entry in manifest["streams"].items():
             if entry["watermark"]:
                 record = {
@@ -123,6 +123,7 @@ class ControllerWatermarkOperator(BaseOperator):
             "round": round_out,
             "totals": manifest["totals"],
             "streams": manifest["streams"],
+            "published": published,  # stream -> False when the store already had a watermark as high
         }
         self._log_summary(summary)
         if manifest["totals"].get("late_marks"):
