@@ -142,7 +142,7 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, 
     (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
     is left out and counted.
     """
-    rows = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).distinct().collect()
+    rows = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).distinct().collect()  # segments: tens to thousands
     by_stream: dict[str, dict[int, Segment]] = {}
     invalid = 0
     conflicting: set[tuple[str, int]] = set()
@@ -367,7 +367,7 @@ def complete_cuts(bound: DataFrame, emitted: DataFrame, segments: dict[str, dict
         F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut")
     )
     completed = []
-    for row in emitted.join(F.broadcast(bounds), "stream", "left").collect():
+    for row in emitted.join(F.broadcast(bounds), "stream", "left").collect():  # one small cut per emitting stream
         cut, complete = complete_cut(dict(row["cut"] or {}), segments.get(row["stream"], {}))
         completed.append((row["stream"], cut, complete))
     return bound.sparkSession.createDataFrame(completed, "stream string, cut map<bigint,bigint>, cut_complete boolean")
