@@ -566,12 +566,12 @@ class PlannedUnit(NamedTuple):
 
 
 class SkippedRange(NamedTuple):
-    """``count`` consecutive partitions of one unit that do not execute, for the same reason."""
+    """``partitions`` consecutive partitions of one unit that do not execute, for the same reason."""
 
     unit: str
     first_start: int
     last_end: int
-    count: int
+    partitions: int
     reason: Reason
 
 
@@ -598,7 +598,7 @@ class Plan:
         result = list(self.active)
         for block in self.skipped:
             first = bisect.bisect_left(self.starts, block.first_start)
-            for i in range(first, first + block.count):
+            for i in range(first, first + block.partitions):
                 result.append(PlannedUnit(self.starts[i], self.ends[i], block.unit, block.reason, None, None, None))
         result.sort(key=lambda u: (u.partition_start, order[u.unit]))
         return result
@@ -617,7 +617,7 @@ class Plan:
             )
         for b in self.skipped:
             label = f"{format_day(b.first_start)}..{format_day(b.last_end)}"
-            row = (label, "skipped", b.unit or "-", b.count, f"{b.reason.value}: {REASON_TEXT[b.reason]}")
+            row = (label, "skipped", b.unit or "-", b.partitions, f"{b.reason.value}: {REASON_TEXT[b.reason]}")
             entries.append((b.unit, b.first_start, row))
         entries.sort(key=lambda e: (e[0], e[1]))
         return [row for _, _, row in entries]
@@ -725,7 +725,7 @@ def plan(
 def _skip(skipped: list[SkippedRange], unit: str, start: int, end: int, count: int, reason: Reason) -> None:
     last = skipped[-1] if skipped else None
     if last is not None and last.unit == unit and last.reason is reason and last.last_end == start:
-        skipped[-1] = last._replace(last_end=end, count=last.count + count)
+        skipped[-1] = last._replace(last_end=end, partitions=last.partitions + count)
     else:
         skipped.append(SkippedRange(unit, start, end, count, reason))
 
