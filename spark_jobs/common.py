@@ -46,6 +46,26 @@ def write_json_atomic(spark: SparkSession, path: str, payload: dict[str, Any]) -
         raise OSError(f"could not rename {tmp} to {target}")
 
 
+def read_json(spark: SparkSession, path: str) -> Any:
+    """Read a small JSON document (a plan, a manifest) through Hadoop's FileSystem."""
+    source, fs = _hadoop_path(spark, path)
+    stream = fs.open(source)
+    try:
+        reader = spark.sparkContext._jvm.java.io.BufferedReader(  # type: ignore[union-attr]
+            spark.sparkContext._jvm.java.io.InputStreamReader(stream, "UTF-8")  # type: ignore[union-attr]
+        )
+        text = "\n".join(iter(reader.readLine, None))
+    finally:
+        stream.close()
+    return json.loads(text)
+
+
+def delete_path(spark: SparkSession, path: str) -> bool:
+    """Delete a file or directory tree; False when it did not exist."""
+    target, fs = _hadoop_path(spark, path)
+    return bool(fs.delete(target, True))
+
+
 def path_exists(spark: SparkSession, path: str) -> bool:
     target, fs = _hadoop_path(spark, path)
     return bool(fs.exists(target))

@@ -6,6 +6,10 @@ Layout under a base path (a local directory or any fsspec URL, e.g. ``s3://bucke
     streams/<stream>/log/<computed>-<lower>.json   append-only history, one file per watermark
     controllers/<controller>/state/<round>/   controller state versions written by the Spark job
     controllers/<controller>/rounds/<round>/  each round's manifest and quarantine
+    pipelines/<pipeline>/state.json           an incremental-partitions pipeline's committed state
+                                              (spec, units, per-unit high watermarks): what the
+                                              completeness sensor and the UI read
+    pipelines/<pipeline>/runs/<run>/          each run's plan, manifest and quarantine
 
 A watermark record is ``{stream, wm_key, lower_ms, upper_ms, stream_cut, computed_at_ms, run_id, ...}``.
 
@@ -102,6 +106,9 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
     def controller_url(self, controller: str, *parts: str) -> str:
         return self.url("controllers", validate_name(controller, "controller"), *parts)
 
+    def pipeline_url(self, pipeline: str, *parts: str) -> str:
+        return self.url("pipelines", validate_name(pipeline, "pipeline"), *parts)
+
     # ------------------------------------------------------------------------------------------- reads
 
     def read_latest(self, stream: str) -> dict[str, Any] | None:
@@ -117,6 +124,10 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         if limit is not None:
             names = names[-limit:]
         return [record for name in names if (record := self._read_json(str(name))) is not None]
+
+    def read_pipeline_state(self, pipeline: str) -> dict[str, Any] | None:
+        """The committed state document of an incremental-partitions pipeline (one small read)."""
+        return self._read_json(self._path("pipelines", validate_name(pipeline, "pipeline"), "state.json"))
 
     def read_json_url(self, url: str) -> dict[str, Any] | None:
         """Read a JSON document at an absolute URL or path (e.g. a job's manifest)."""
@@ -161,6 +172,17 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             self._write_atomic(self.stream_path(stream, "latest.json"), payload)
         log.info("Published watermark of stream %s: lower_ms=%s", stream, lower)
         return True
+
+    def write_pipeline_state(self, pipeline: str, document: Mapping[str, Any]) -> None:
+        """Replace the pipeline's state document (atomically). The operator writes it only after its job
+        succeeded and before it commits its Variable; it is a mirror for readers, not the source of truth."""
+        self._write_atomic(self._path("pipelines", validate_name(pipeline, "pipeline"), "state.json"), document)
+
+    def write_json_url(self, url: str, payload: Mapping[str, Any]) -> None:
+        """Write a JSON document at an absolute URL or path (e.g. a plan for a Spark job)."""
+        fs, path = fsspec.core.url_to_fs(url, **self.storage_options)
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, json.dumps(payload, sort_keys=True).encode("utf-8"))
 
     def _write_atomic(self, path: str, payload: Mapping[str, Any]) -> None:
         data = json.dumps(payload, sort_keys=True).encode("utf-8")
