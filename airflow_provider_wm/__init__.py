@@ -44,13 +44,19 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [
             {
                 "integration-name": integration,
-                "python-modules": ["airflow_provider_wm.sensors.stream_watermark"],
+                "python-modules": [
+                    "airflow_provider_wm.sensors.stream_watermark",
+                    "airflow_provider_wm.sensors.partition_watermark",
+                ],
             }
         ],
         "triggers": [
             {
                 "integration-name": integration,
-                "python-modules": ["airflow_provider_wm.triggers.watermark"],
+                "python-modules": [
+                    "airflow_provider_wm.triggers.watermark",
+                    "airflow_provider_wm.triggers.partitions",
+                ],
             }
         ],
         "connection-types": [

@@ -53,7 +53,8 @@ def execute(spark, tmp_path: Path, the_plan, name: str, **extra) -> dict:
     plan_file.write_text(json.dumps({"work_units": units}))
     argv = [
         "--pipeline", "p", "--run-id", name, "--plan", str(plan_file),
-        "--source", str(extra.pop("source", tmp_path / "source")), "--time-column", extra.pop("time_column", "event_time"),
+        "--source", str(extra.pop("source", tmp_path / "source")),
+        "--time-column", extra.pop("time_column", "event_time"),
         "--target", str(tmp_path / "target"), "--round-out", str(tmp_path / "runs" / name),
     ]  # fmt: skip
     for key, value in extra.items():
@@ -171,7 +172,10 @@ def test_a_failing_unit_is_isolated_and_its_retry_leaves_no_duplicate_or_missing
     rows = events(6)
     write_source(spark, tmp_path / "source", rows)
     failing = partition_key(iso_ms("2020-01-04"))
-    broken = f"SELECT *, CASE WHEN wm_partition = '{failing}' AND wm_unit = 'us' THEN raise_error('bad day') END AS chk FROM source"
+    broken = (
+        f"SELECT *, CASE WHEN wm_partition = '{failing}' AND wm_unit = 'us' THEN raise_error('bad day') END AS chk "
+        "FROM source"
+    )
     kwargs = {"unit_column": "region", "source_partition_column": "event_date"}
     first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-06"), units=UNITS)
     manifest = execute(spark, tmp_path, first, "f1", transform_sql=broken, **kwargs)
