@@ -1,0 +1,186 @@
+"""PartitionWatermarkSensor: wait until an incremental-partitions pipeline has completed a time range."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+
+from airflow_provider_wm.core.partitions import format_day
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
+from airflow_provider_wm.triggers.partitions import FIRST_PENDING, PartitionWatermarkTrigger, check_completeness
+
+__all__ = ["PartitionWatermarkSensor"]
+
+
+class PartitionWatermarkSensor(BaseSensorOperator):
+    """Wait until every work unit of the upstream ``pipeline`` overlapping ``[start, end)`` has succeeded
+    with a high watermark at or past its partition's end ("all 31 days of the month arrived").
+
+    A work unit is one partition of the pipeline's time range times one of its units; the pipeline commits
+    their high watermarks to its state document in the store, and each poke reads that one small document.
+    Partitions are whole: a monthly partition counts only when all of the month is in. Before the pipeline's
+    first commit there is no document and nothing is complete.
+
+    Modes: ``poke`` and ``reschedule`` poll from the worker; ``deferrable=True`` (default from
+    ``[operators] default_deferrable``) hands the waiting to :class:`PartitionWatermarkTrigger` in the
+    triggerer and honours ``timeout`` and ``soft_fail`` there too. The sensor returns (XCom) ``{"pipeline",
+    "start_ms", "end_ms", "work_units": <how many were checked>, "run_id", "committed_at"}`` of the state
+    document it saw complete.
+
+    :param pipeline: the upstream pipeline to wait for. Templated.
+    :param store_path: base path or fsspec URL of the watermark store. Templated.
+    :param start: start of the range (ISO-8601 time, datetime or epoch ms); default the run's
+        ``data_interval_start``. Templated.
+    :param end: end of the range, exclusive; default the run's ``data_interval_end``. Templated.
+    :param storage_options: fsspec options of a remote store.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "store_path", "start", "end")
+    ui_color = "#fdf2e8"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        store_path: str,
+        start: str | int | dt.datetime = "{{ data_interval_start }}",
+        end: str | int | dt.datetime = "{{ data_interval_end }}",
+        storage_options: dict[str, Any] | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not is_templated(pipeline):
+            validate_name(pipeline, "pipeline")
+        if not isinstance(store_path, str) or not store_path.strip():
+            raise ValueError(f"store_path={store_path!r} must be a non-empty path or URL")
+        start_ms = None if is_templated(start) else to_epoch_ms(start, "start")
+        end_ms = None if is_templated(end) else to_epoch_ms(end, "end")
+        if start_ms is not None and end_ms is not None:
+            _check_range(start, end, start_ms, end_ms)
+        self.pipeline = pipeline
+        self.store_path = store_path
+        self.start = start
+        self.end = end
+        self.storage_options = dict(storage_options or {})
+        self.deferrable = deferrable
+
+    def _range_ms(self) -> tuple[int, int]:
+        start_ms, end_ms = to_epoch_ms(self.start, "start"), to_epoch_ms(self.end, "end")
+        _check_range(self.start, self.end, start_ms, end_ms)
+        return start_ms, end_ms
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        pipeline = validate_name(self.pipeline, "pipeline")
+        start_ms, end_ms = self._range_ms()
+        document = WatermarkStoreHook(self.store_path, storage_options=self.storage_options).read_pipeline_state(
+            pipeline
+        )
+        result = check_completeness(document, start_ms, end_ms)
+        window = f"[{format_ms(start_ms)}, {format_ms(end_ms)})"
+        if document is None or result.work_units is None:
+            self.log.info("Pipeline %s: no committed state document yet; all of %s pending", pipeline, window)
+            return PokeReturnValue(is_done=False)
+        if result.pending:
+            first = ", ".join(
+                f"{format_day(s)}..{format_day(e)} {u or '-'}" for s, e, u in result.pending[:FIRST_PENDING]
+            )
+            more = " ..." if len(result.pending) > FIRST_PENDING else ""
+            self.log.info(
+                "Pipeline %s: %d of %d work units in %s pending (run %s): %s%s",
+                pipeline,
+                len(result.pending),
+                result.work_units,
+                window,
+                document.get("run_id"),
+                first,
+                more,
+            )
+            return PokeReturnValue(is_done=False)
+        self.log.info(
+            "Pipeline %s: all %d work units in %s done (run %s, committed at %s)",
+            pipeline,
+            result.work_units,
+            window,
+            document.get("run_id"),
+            document.get("committed_at"),
+        )
+        self._warn_if_nothing_checked(result.work_units, pipeline)
+        return PokeReturnValue(
+            is_done=True,
+            xcom_value={
+                "pipeline": pipeline,
+                "start_ms": start_ms,
+                "end_ms": end_ms,
+                "work_units": result.work_units,
+                "run_id": document.get("run_id"),
+                "committed_at": document.get("committed_at"),
+            },
+        )
+
+    def _warn_if_nothing_checked(self, work_units: int, pipeline: str) -> None:
+        if work_units == 0:
+            self.log.warning(
+                "Pipeline %s has no partition overlapping [%s, %s): nothing to wait for; check the range",
+                pipeline,
+                self.start,
+                self.end,
+            )
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
+        start_ms, end_ms = self._range_ms()
+        self.defer(
+            trigger=PartitionWatermarkTrigger(
+                store_path=self.store_path,
+                pipeline=validate_name(self.pipeline, "pipeline"),
+                start_ms=start_ms,
+                end_ms=end_ms,
+                poll_interval=self.poke_interval,
+                timeout_at_ms=int((time.time() + self.timeout) * 1000),
+                storage_options=self.storage_options,
+            ),
+            method_name="execute_complete",
+            timeout=dt.timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") == "success":
+            result = {key: value for key, value in event.items() if key != "status"}
+            self.log.info(
+                "Pipeline %s: all %s work units done (run %s, committed at %s)",
+                result["pipeline"],
+                result["work_units"],
+                result.get("run_id"),
+                result.get("committed_at"),
+            )
+            self._warn_if_nothing_checked(int(result["work_units"]), str(result["pipeline"]))
+            return result
+        pending = event.get("pending")
+        what = (
+            "has no committed state document"
+            if pending is None
+            else f"has {pending} work units pending (first: {event.get('first_pending')})"
+        )
+        message = (
+            f"Pipeline {event.get('pipeline')} {what} in [{format_ms(event.get('start_ms'))}, "
+            f"{format_ms(event.get('end_ms'))}) after the timeout of {self.timeout}s"
+        )
+        if self.soft_fail:
+            raise AirflowSkipException(message)
+        raise AirflowSensorTimeout(message)
+
+
+def _check_range(start: Any, end: Any, start_ms: int, end_ms: int) -> None:
+    if start_ms >= end_ms:
+        raise ValueError(f"start={start!r} must be before end={end!r}")

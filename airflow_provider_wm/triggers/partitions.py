@@ -1,0 +1,150 @@
+"""PartitionWatermarkTrigger: waits in the triggerer until an incremental-partitions pipeline has completed
+every work unit of a time range."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import datetime as dt
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, NamedTuple
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState, work_units_not_done
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+
+__all__ = ["Completeness", "PartitionWatermarkTrigger", "check_completeness", "iso_utc"]
+
+FIRST_PENDING = 5
+"""How many pending work units events and log lines name."""
+
+
+class Completeness(NamedTuple):
+    """What one read of a pipeline's state document says about ``[start_ms, end_ms)``.
+
+    ``work_units`` is how many work units (partition x unit) overlap the range and were checked; ``pending``
+    lists those not done as ``(partition_start, partition_end, unit)``. Without a state document nothing is
+    known: ``work_units`` is None and ``pending`` is empty, and the range is not complete.
+    """
+
+    work_units: int | None
+    pending: list[tuple[int, int, str]]
+
+    @property
+    def complete(self) -> bool:
+        return self.work_units is not None and not self.pending
+
+
+def check_completeness(document: Mapping[str, Any] | None, start_ms: int, end_ms: int) -> Completeness:
+    """Check a committed state document (as :meth:`WatermarkStoreHook.read_pipeline_state` returns it)."""
+    if document is None:
+        return Completeness(None, [])
+    spec = PartitionSpec.from_json(document["spec"])
+    state = PartitionState.from_json(document.get("state"))
+    units = [str(u) for u in document.get("units") or []]
+    pending = work_units_not_done(spec, state, units, start_ms, end_ms)
+    starts, ends = spec.bounds(end_ms, open_end_ms=end_ms)  # the partitions work_units_not_done checked
+    partitions = bisect.bisect_left(starts, end_ms) - bisect.bisect_right(ends, start_ms)
+    return Completeness(max(partitions, 0) * max(len(units), 1), pending)
+
+
+def iso_utc(ms: int) -> str:
+    """Epoch ms as an ISO-8601 UTC date-time (``2026-01-01T00:00:00+00:00``)."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat()
+
+
+class PartitionWatermarkTrigger(BaseTrigger):
+    """Poll ``pipeline``'s committed state document (one small read per poll) until every work unit
+    overlapping ``[start_ms, end_ms)`` has succeeded with a high watermark at or past its partition's end,
+    then fire ``{"status": "success", "pipeline", "start_ms", "end_ms", "work_units": <checked>, "run_id",
+    "committed_at"}``. A missing document means everything is pending.
+
+    All of its state travels in its serialised kwargs, so it survives a triggerer restart: the deadline is
+    absolute (``timeout_at_ms``, wall-clock epoch ms), and ``last_pending`` is how many work units were
+    pending at the last poll (None: not polled yet, or no state document). Past the deadline it fires
+    ``{"status": "timeout", "pipeline", "start_ms", "end_ms", "pending": <count, None without a document>,
+    "first_pending": [[start_iso, end_iso, unit], ...] (at most 5)}``: the sensor turns that into a sensor
+    timeout or, with ``soft_fail``, a skip.
+    """
+
+    def __init__(
+        self,
+        *,
+        store_path: str,
+        pipeline: str,
+        start_ms: int,
+        end_ms: int,
+        poll_interval: float = 5.0,
+        timeout_at_ms: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        last_pending: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.store_path = store_path
+        self.pipeline = pipeline
+        self.start_ms = int(start_ms)
+        self.end_ms = int(end_ms)
+        self.poll_interval = float(poll_interval)
+        self.timeout_at_ms = timeout_at_ms
+        self.storage_options = dict(storage_options or {})
+        self.last_pending = last_pending
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "store_path": self.store_path,
+                "pipeline": self.pipeline,
+                "start_ms": self.start_ms,
+                "end_ms": self.end_ms,
+                "poll_interval": self.poll_interval,
+                "timeout_at_ms": self.timeout_at_ms,
+                "storage_options": self.storage_options,
+                "last_pending": self.last_pending,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
+        while True:
+            document = await asyncio.to_thread(store.read_pipeline_state, self.pipeline)
+            result = check_completeness(document, self.start_ms, self.end_ms)
+            self.last_pending = None if result.work_units is None else len(result.pending)
+            if document is not None and result.complete:
+                yield TriggerEvent(
+                    {
+                        "status": "success",
+                        "pipeline": self.pipeline,
+                        "start_ms": self.start_ms,
+                        "end_ms": self.end_ms,
+                        "work_units": result.work_units,
+                        "run_id": document.get("run_id"),
+                        "committed_at": document.get("committed_at"),
+                    }
+                )
+                return
+            if self.timeout_at_ms is not None and time.time() * 1000 >= self.timeout_at_ms:
+                yield TriggerEvent(
+                    {
+                        "status": "timeout",
+                        "pipeline": self.pipeline,
+                        "start_ms": self.start_ms,
+                        "end_ms": self.end_ms,
+                        "pending": self.last_pending,
+                        "first_pending": [
+                            [iso_utc(start), iso_utc(end), unit] for start, end, unit in result.pending[:FIRST_PENDING]
+                        ],
+                    }
+                )
+                return
+            self.log.info(
+                "Pipeline %s: %s work units pending in [%s, %s); next poll in %ss",
+                self.pipeline,
+                "all (no state document)" if self.last_pending is None else self.last_pending,
+                iso_utc(self.start_ms),
+                iso_utc(self.end_ms),
+                self.poll_interval,
+            )
+            await asyncio.sleep(self.poll_interval)
