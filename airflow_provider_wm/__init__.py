@@ -38,7 +38,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": integration,
-                "python-modules": ["airflow_provider_wm.operators.controller_watermark"],
+                "python-modules": [
+                    "airflow_provider_wm.operators.controller_watermark",
+                    "airflow_provider_wm.operators.incremental_partitions",
+                ],
             }
         ],
         "sensors": [

@@ -1,4 +1,7 @@
-"""Cut-off state carried between runs: the controller's cut-off in an Airflow Variable (and XCom).
+"""Cut-off state carried between runs in Airflow Variables (mirrored in XCom, the store and asset state).
+
+Two documents: a controller's cut-off (``wm_controller__<controller>``) and an incremental-partitions
+pipeline's state (``wm_partitions__<pipeline>``, see :class:`PipelineState`).
 
 The Variable ``wm_controller__<controller>`` holds a small JSON document a person can read on the UI's
 Variables page::
@@ -26,7 +29,17 @@ from typing import Any
 
 from airflow.sdk import Variable
 
-__all__ = ["ControllerCutoff", "CutoffConflict", "commit_cutoff", "cutoff_variable_key", "read_cutoff"]
+__all__ = [
+    "ControllerCutoff",
+    "CutoffConflict",
+    "PipelineState",
+    "commit_cutoff",
+    "commit_pipeline_state",
+    "cutoff_variable_key",
+    "pipeline_variable_key",
+    "read_cutoff",
+    "read_pipeline_state",
+]
 
 
 class CutoffConflict(RuntimeError):
@@ -76,14 +89,7 @@ def read_cutoff(controller: str) -> ControllerCutoff | None:
 def commit_cutoff(new: ControllerCutoff, expected: ControllerCutoff | None) -> None:
     """Publish ``new`` if the Variable still holds ``expected`` (by version); see the module docstring."""
     current = read_cutoff(new.controller)
-    current_version = current.version if current else 0
-    expected_version = expected.version if expected else 0
-    if current_version != expected_version:
-        raise CutoffConflict(
-            f"controller {new.controller!r}: the cut-off moved from version {expected_version} to "
-            f"{current_version} while this run was computing; not overwriting it. A retry starts from "
-            "the new cut-off."
-        )
+    _check_version(f"controller {new.controller!r}", current.version if current else 0, expected)
     if current is not None and new.processed_until_ms < current.processed_until_ms:
         raise CutoffConflict(
             f"controller {new.controller!r}: refusing to move processed_until_ms back from "
@@ -93,4 +99,74 @@ def commit_cutoff(new: ControllerCutoff, expected: ControllerCutoff | None) -> N
         cutoff_variable_key(new.controller),
         json.dumps(new.to_json(), indent=2, sort_keys=True),
         description=f"Cut-off of watermark controller {new.controller!r} (airflow-provider-wm)",
+    )
+
+
+def _check_version(what: str, current_version: int, expected: ControllerCutoff | PipelineState | None) -> None:
+    """Variables have no compare-and-set: check that nobody committed since we read, just before writing."""
+    expected_version = expected.version if expected else 0
+    if current_version != expected_version:
+        raise CutoffConflict(
+            f"{what}: the state moved from version {expected_version} to {current_version} while this run "
+            "was computing; not overwriting it. A retry starts from the new state."
+        )
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    """The committed state of an incremental-partitions pipeline, in the Variable
+    ``wm_partitions__<pipeline>`` (and mirrored in XCom, the store and the asset state store)::
+
+        {"pipeline": "orders_daily", "version": 3, "run_id": "...", "committed_at": "...",
+         "spec": {"pieces": [["daily", "2026-01-01", "P0D"]], "timezone": "UTC", ...},
+         "units": ["eu", "us"], "state": {"version": 1, "units": {"eu": [[start, end, "s", null]], ...}}}
+
+    ``state`` is :meth:`PartitionState.to_json`: runs of consecutive partitions with equal status, so ten
+    years of hourly partitions stay a few hundred bytes. The same version rule as the controller's cut-off
+    applies: it is written last, only on success, and only if nobody committed in between.
+    """
+
+    pipeline: str
+    version: int
+    run_id: str
+    committed_at: str
+    spec: dict[str, Any]
+    units: list[str]
+    state: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PipelineState:
+        return cls(
+            pipeline=str(data["pipeline"]),
+            version=int(data["version"]),
+            run_id=str(data["run_id"]),
+            committed_at=str(data["committed_at"]),
+            spec=dict(data["spec"]),
+            units=[str(u) for u in data.get("units") or []],
+            state=dict(data["state"]),
+        )
+
+
+def pipeline_variable_key(pipeline: str) -> str:
+    return f"wm_partitions__{pipeline}"
+
+
+def read_pipeline_state(pipeline: str) -> PipelineState | None:
+    raw = Variable.get(pipeline_variable_key(pipeline), default=None)
+    if raw in (None, ""):
+        return None
+    return PipelineState.from_json(raw if isinstance(raw, dict) else json.loads(raw))
+
+
+def commit_pipeline_state(new: PipelineState, expected: PipelineState | None) -> None:
+    """Publish ``new`` if the Variable still holds ``expected`` (by version)."""
+    current = read_pipeline_state(new.pipeline)
+    _check_version(f"pipeline {new.pipeline!r}", current.version if current else 0, expected)
+    Variable.set(
+        pipeline_variable_key(new.pipeline),
+        json.dumps(new.to_json(), separators=(",", ":"), sort_keys=True),
+        description=f"Partition state of incremental pipeline {new.pipeline!r} (airflow-provider-wm)",
     )

@@ -1,9 +1,13 @@
 """``python -m airflow_provider_wm.demo``: the README's main job.
 
 Sets up an embedded Airflow (SQLite) in ``$WM_DEMO_DIR`` (default ``./.demo``, wiped first), generates the
-example marks, runs ``dags/example_stream_watermark.py`` once per hour of example data through
-``dag.test()`` (Spark ``local[*]`` through ``SparkSubmitHook``; the sensor defers and its trigger runs
-inline), and prints what happened per stream and run.
+example data, and runs the example DAGs through ``dag.test()`` (Spark ``local[*]`` through
+``SparkSubmitHook``; sensors defer and their triggers run inline):
+
+1. ``dags/example_stream_watermark.py`` once per hour of example marks; prints per stream and run what
+   the controller decided and what the sensor saw;
+2. ``dags/example_incremental_partitions.py`` once per simulated day, with late orders every day and one
+   work unit's transformation failing once (its retry re-executes only that unit); prints each run's plan.
 """
 
 from __future__ import annotations
@@ -59,8 +63,38 @@ def main() -> int:
         run = dag.test(logical_date=logical_date)
         outcomes.append(report.run_outcome(run))
     print(report.render(DEMO_DIR / "data" / "store", outcomes))
+    outcomes += _run_partitions_demo()
     failed = [o for o in outcomes if o["state"] != "success"]
     return 1 if failed else 0
+
+
+def _run_partitions_demo() -> list[dict[str, object]]:
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_provider_wm.demo import orders_data, report
+    from airflow_provider_wm.demo.transforms import FAIL_ONCE_ENV
+
+    base = DEMO_DIR / "data"
+    source = base / "orders"
+    history = orders_data.write_history(source, orders_data.FIRST_RUN - timedelta(days=1))
+    print(f"\nGenerated {history} orders before the first run")
+    bag = DagBag(dag_folder=str(REPO_DAGS / "example_incremental_partitions.py"))
+    if bag.import_errors:
+        raise RuntimeError(f"DAG import errors: {bag.import_errors}")
+    dag = bag.get_dag("example_incremental_partitions")
+    marker = base / "fail-once"
+    os.environ[FAIL_ONCE_ENV] = str(marker)
+    outcomes = []
+    for day in range(orders_data.DAYS):
+        now = orders_data.FIRST_RUN + timedelta(days=day)
+        arrived = orders_data.write_day(source, now)
+        if day == 1:  # one unit of this run fails once: the task's retry re-executes only that unit
+            marker.write_text(f"{(now - timedelta(days=1)):%Y%m%dT%H%M%SZ} us")
+            print("  (planned: the 'us' unit of this day fails once; the error below is expected, a retry follows)")
+        print(f"Running the DAG for {now - timedelta(days=1):%Y-%m-%d} (arrived before the run: {arrived})")
+        outcomes.append(report.run_outcome(dag.test(logical_date=now)))
+    print(report.render_partitions(base / "store", "orders_daily", outcomes))
+    return outcomes
 
 
 if __name__ == "__main__":

@@ -65,3 +65,48 @@ def render(store: Path, outcomes: list[dict[str, Any]]) -> str:
         if latest:
             lines.append(f"  {stream:<9} lower {format_ms(latest['lower_ms'])}  ({len(history)} watermarks in the log)")
     return "\n".join(lines)
+
+
+def render_partitions(store: Path, pipeline: str, outcomes: list[dict[str, Any]]) -> str:
+    """Per run: each attempt's executed work units and why, failures, rows; the sensor; the final state."""
+    lines = ["", "=" * 100, f"Incremental partitions pipeline {pipeline!r}: what each run planned and did", "=" * 100]
+    runs = store / "pipelines" / pipeline / "runs"
+    run_dirs = sorted(runs.iterdir(), key=lambda p: int(p.name.split("-", 1)[0])) if runs.exists() else []
+    for run_dir, outcome in zip(run_dirs, outcomes, strict=False):
+        lines.append(f"\nRun {outcome['run_id']}: {outcome['state']}")
+        for attempt in sorted(run_dir.glob("attempt-*")):
+            plan = json.loads((attempt / "plan.json").read_text())
+            manifest_path = attempt / "manifest.json"
+            manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+            by_reason: dict[str, list[str]] = {}
+            for unit in plan["work_units"]:
+                day = format_ms(unit["partition_start"])[:10]
+                by_reason.setdefault(unit["reason"], []).append(f"{day}/{unit['unit']}")
+            lines.append(f"  {attempt.name}: {len(plan['work_units'])} work units executed")
+            for reason, names in by_reason.items():
+                lines.append(f"    {reason:<14} {', '.join(names)}")
+            totals = manifest.get("totals", {})
+            lines.append(
+                f"    job {manifest.get('status')}: rows read {totals.get('rows_read')}, written "
+                f"{totals.get('rows_written')}, quarantined {manifest.get('quarantine') or '{}'}"
+            )
+            for entry in manifest.get("work_units", []):
+                if entry["status"] == "failed":
+                    error = str(entry["error"]).split("\n")[0][:110]
+                    lines.append(f"    FAILED {format_ms(entry['partition_start'])[:10]}/{entry['unit']}: {error}")
+        tasks = outcome["tasks"]
+        lines.append(
+            f"  orders_daily: {tasks.get('orders_daily')}; sensor day_complete: {tasks.get('day_complete')}; "
+            f"daily_revenue: {tasks.get('daily_revenue')}"
+        )
+    document = WatermarkStoreHook(str(store)).read_pipeline_state(pipeline)
+    if document:
+        lines.append(f"\nCommitted state (version {document['version']}), per unit as runs of partitions:")
+        for unit, unit_runs in document["state"]["units"].items():
+            spans = ", ".join(
+                f"[{format_ms(a)[:10]}, {format_ms(b)[:10]}) {'succeeded' if s == 's' else 'failed'}"
+                for a, b, s, _ in unit_runs
+            )
+            lines.append(f"  {unit}: {spans}")
+        lines.append(f"  ({len(json.dumps(document['state']))} bytes of state)")
+    return "\n".join(lines)

@@ -1,0 +1,452 @@
+"""IncrementalPartitionsOperator: plan work units (DIL), run them on Spark, commit high watermarks on success."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_provider_wm.core.partitions import (
+    PartitionSpec,
+    PartitionState,
+    Plan,
+    UnitResult,
+    UnitStatus,
+    format_day,
+    plan,
+)
+from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook, job_application
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.state import PipelineState, commit_pipeline_state, read_pipeline_state
+from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
+
+__all__ = ["IncrementalPartitionsOperator"]
+
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
+PLAN_ROWS_IN_XCOM = 200
+"""The plan summary in XCom and the store is cut to this many rows (a very fragmented plan stays small)."""
+
+
+def _transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str | None, str | None]:
+    """``(sql, import path)``: a SQL statement over the view ``source``, a ``module:function`` path, or a
+    module-level function (taken by its import path, so the Spark job can import it)."""
+    if transform is None:
+        return None, None
+    if callable(transform):
+        module, name = getattr(transform, "__module__", None), getattr(transform, "__qualname__", "")
+        if not module or "<" in name or "." in name:
+            raise ValueError(f"transform={transform!r} must be a module-level function the Spark job can import")
+        return None, f"{module}:{name}"
+    if isinstance(transform, str) and transform.strip():
+        text = transform.strip()
+        if _IMPORT_PATH.match(text) and ":" in text:
+            return None, text
+        if re.match(r"(?is)^\s*(select|with|from)\b", text):
+            return text, None
+    raise ValueError(
+        f"transform={transform!r} is neither a SQL statement over the view `source` (SELECT ... FROM source) "
+        "nor an import path 'package.module:function'"
+    )
+
+
+def _units_argument(units: Sequence[str] | Mapping[str, Any] | None) -> list[str] | dict[str, Any]:
+    if units is None:
+        return []
+    if isinstance(units, Mapping):
+        unknown = set(units) - {"path", "column", "format"}
+        if unknown or not units.get("path") or not units.get("column"):
+            raise ValueError(
+                f"units={dict(units)!r} must be a list of unit values or {{'path': ..., 'column': ..., "
+                "'format': 'parquet'}} naming a secondary dataset"
+            )
+        return {"format": "parquet", **units}
+    if isinstance(units, str):
+        raise ValueError(f"units={units!r} must be a list of unit values, not a string")
+    values = [validate_name(u, "units[]") for u in units]
+    if len(set(values)) != len(values):
+        raise ValueError(f"units={list(units)!r} has duplicates")
+    return values
+
+
+class IncrementalPartitionsOperator(BaseOperator):
+    """Extract or rebuild a time-partitioned table incrementally (LinkedIn DIL's time and unit watermarks).
+
+    Each run plans the work units (partition x unit) with :func:`airflow_provider_wm.core.partitions.plan`
+    from the pipeline's committed state, logs the plan as a table, submits
+    ``spark_jobs/incremental_partitions.py`` through ``SparkSubmitHook`` for the executing units, and commits
+    each unit's new high watermark only after the job succeeded: to the store's state document, XCom, the
+    asset state store (when ``asset`` is given, with an asset event) and, last, the Variable
+    ``wm_partitions__<pipeline>`` (checked against the version read at the start; one task instance at a
+    time by default).
+
+    A failed unit fails the task and commits nothing; the task's retry re-executes only the units that did
+    not succeed in an earlier attempt of the same run (their output is already written, idempotently).
+    With ``allow_partial_success=True`` the task succeeds instead, commits the succeeded units, and the failed
+    ones execute in full at the next run.
+
+    Example: daily partitions from 2026-01-01 to the run's day, grace 2 days::
+
+        IncrementalPartitionsOperator(
+            task_id="orders_daily", pipeline="orders_daily",
+            source="/data/orders", time_column="event_time", source_partition_column="event_date",
+            watermark={"from": "2026-01-01", "to": "P0D"}, partition="daily", grace_period="P2D",
+            units=["eu", "us"], unit_column="region",
+            transform="SELECT order_id, region, event_time, amount, wm_partition, wm_unit FROM source",
+            target="/data/orders_daily", store_path="/data/wm-store",
+        )
+
+    :param pipeline: name of the pipeline (its Variable, its folder in the store).
+    :param source: dataset to read (``source_format``, default Parquet). Templated.
+    :param time_column: the source's event time (timestamp, date, epoch ms or ISO string).
+    :param watermark: ``{"from": ..., "to": ...}``: ISO date/date-time, ``PnD``, ``PnDTmH`` or ``-``.
+    :param partition: none|hourly|daily|weekly|monthly|yearly, or composite ``{"monthly": [from, to], ...}``
+        (then ``watermark=None``).
+    :param target: output dataset, partitioned by ``wm_partition, wm_unit``. Templated.
+    :param store_path: the watermark store (plans, manifests, the state document). Templated.
+    :param grace_period: re-read this far behind the high watermark for late updates (timedelta, seconds
+        or ISO-8601 such as ``P3D``).
+    :param abstinent_period: do not re-read what was extracted less than this long ago.
+    :param units: unit values, or ``{"path": ..., "column": ...}``: the distinct values of a secondary
+        Parquet dataset's column. Needs ``unit_column``.
+    :param unit_column: the source column that holds the unit.
+    :param transform: SQL over the view ``source``, or ``"package.module:function"`` (DataFrame ->
+        DataFrame). The output must keep ``wm_partition`` and ``wm_unit``.
+    :param source_partition_column: the source's partition column derived from the time (partition pruning).
+    :param timezone: the zone of zone-less bounds and of the partition steps (DST-aware).
+    :param partial_partition: keep the last, incomplete partition (default) or drop it.
+    :param backfill: ``(start, end)``: re-execute every work unit overlapping it, whatever its state.
+    :param max_work_units: cap per run, oldest first; the rest wait for the next run.
+    :param allow_partial_success: commit the units that succeeded even when some failed (see above).
+    :param dry_run: plan and show, run nothing, commit nothing.
+    :param logical_time: the run's "now", default ``data_interval_end``: a re-run plans the same. Templated.
+    :param asset: the Asset this pipeline produces: declared as an outlet, receives an asset event and
+        the state in the asset state store.
+    """
+
+    template_fields: Sequence[str] = ("source", "target", "store_path", "logical_time")
+    ui_color = "#eaf7ea"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        source: str,
+        time_column: str,
+        target: str,
+        store_path: str,
+        watermark: Mapping[str, Any] | Sequence[Any] | None,
+        partition: str | Mapping[str, Sequence[Any]] = "daily",
+        grace_period: dt.timedelta | float | str = 0,
+        abstinent_period: dt.timedelta | float | str = 0,
+        units: Sequence[str] | Mapping[str, Any] | None = None,
+        unit_column: str | None = None,
+        transform: str | Callable[..., Any] | None = None,
+        source_format: str = "parquet",
+        source_partition_column: str | None = None,
+        timezone: str = "UTC",
+        partial_partition: bool = True,
+        backfill: tuple[Any, Any] | None = None,
+        max_work_units: int | None = None,
+        allow_partial_success: bool = False,
+        dry_run: bool = False,
+        logical_time: str = "{{ data_interval_end }}",
+        spark_conn_id: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+        asset: Asset | None = None,
+        max_active_tis_per_dag: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        if asset is not None:
+            kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
+        super().__init__(max_active_tis_per_dag=max_active_tis_per_dag, **kwargs)
+        self.pipeline = validate_name(pipeline, "pipeline")
+        for argument, value in (("source", source), ("target", target), ("store_path", store_path)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{argument}={value!r} must be a non-empty path or URL")
+        for argument, column in (("time_column", time_column), ("unit_column", unit_column)):
+            if column is not None and (not isinstance(column, str) or not column.strip()):
+                raise ValueError(f"{argument}={column!r} must be a column name")
+        self.spec = PartitionSpec.build(watermark, partition, timezone=timezone, partial_partition=partial_partition)
+        self.grace_ms = duration_ms(grace_period, "grace_period")
+        self.abstinent_ms = duration_ms(abstinent_period, "abstinent_period")
+        self.units = _units_argument(units)
+        if self.units and not unit_column:
+            raise ValueError(f"units={units!r} needs unit_column: the source column that holds the unit")
+        if unit_column and not self.units:
+            raise ValueError(f"unit_column={unit_column!r} needs units (a list or a secondary dataset)")
+        self.transform_sql, self.transform_callable = _transform_arguments(transform)
+        if backfill is not None:
+            if not isinstance(backfill, (tuple, list)) or len(backfill) != 2:
+                raise ValueError(f"backfill={backfill!r} must be a (start, end) pair")
+            start, end = (to_epoch_ms(v, "backfill") for v in backfill)
+            if start >= end:
+                raise ValueError(f"backfill={backfill!r}: start must be before end")
+            self.backfill: tuple[int, int] | None = (start, end)
+        else:
+            self.backfill = None
+        if max_work_units is not None and (isinstance(max_work_units, bool) or int(max_work_units) < 1):
+            raise ValueError(f"max_work_units={max_work_units!r} must be a positive number")
+        if not is_templated(logical_time):
+            to_epoch_ms(logical_time, "logical_time")
+        self.max_work_units = max_work_units
+        self.source, self.target, self.store_path = source, target, store_path
+        self.time_column: str = time_column
+        self.unit_column: str | None = unit_column
+        self.source_format: str = source_format
+        self.source_partition_column: str | None = source_partition_column
+        self.allow_partial_success = allow_partial_success
+        self.plan_only = dry_run  # BaseOperator.dry_run is a method
+        self.logical_time = logical_time
+        self.spark_conn_id, self.spark_conf = spark_conn_id, dict(spark_conf or {})
+        self.asset = asset
+
+    # ---------------------------------------------------------------------------------------------- run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        now_ms = to_epoch_ms(self.logical_time, "logical_time")
+        run_id = str(context["run_id"])
+        store = WatermarkStoreHook(self.store_path)
+        committed = self._read_committed(context)
+        state = PartitionState.from_json(committed.state if committed else None)
+        units = self._resolve_units()
+        the_plan = plan(
+            self.spec,
+            state,
+            now_ms,
+            units=units,
+            grace_ms=self.grace_ms,
+            abstinent_ms=self.abstinent_ms,
+            backfill=self.backfill,
+            max_work_units=self.max_work_units,
+        )
+        self._log_plan(the_plan)
+        summary: dict[str, Any] = {
+            "pipeline": self.pipeline,
+            "now": format_ms(now_ms),
+            "cutoff": format_ms(the_plan.cutoff_ms),
+            "plan": [list(row) for row in the_plan.summary()[:PLAN_ROWS_IN_XCOM]],
+            "dry_run": self.plan_only,
+        }
+        if self.plan_only:
+            self.log.info("dry_run=True: nothing runs and the state is unchanged")
+            return summary
+        round_dir = store.pipeline_url(self.pipeline, "runs", f"{now_ms}-{re.sub(r'[^A-Za-z0-9._-]', '_', run_id)}")
+        results, manifests = self._execute_plan(store, the_plan, run_id, round_dir, int(context["ti"].try_number))
+        failed = [r for r in results if r.status is UnitStatus.FAILED]
+        summary.update(
+            {
+                "executed": len(results),
+                "failed": [[format_day(r.partition_start), r.unit] for r in failed],
+                "rows_read": sum(m["totals"].get("rows_read", 0) for m in manifests),
+                "rows_written": sum(m["totals"].get("rows_written", 0) for m in manifests),
+                "quarantined": sum(m["totals"].get("quarantined", 0) for m in manifests),
+                "run_dir": round_dir,
+            }
+        )
+        if failed and not self.allow_partial_success:
+            names = ", ".join(f"{format_day(r.partition_start)}/{r.unit or '-'}" for r in failed[:10])
+            raise AirflowException(
+                f"pipeline {self.pipeline!r}: {len(failed)} of {len(results)} work units failed ({names}); the "
+                "state is unchanged and a retry re-executes only these"
+            )
+        if failed:
+            self.log.warning(
+                "%s work units failed and will execute in full at the next run (allow_partial_success=True)",
+                len(failed),
+            )
+        new_state = state.apply(results)
+        document = PipelineState(
+            pipeline=self.pipeline,
+            version=(committed.version if committed else 0) + 1,
+            run_id=run_id,
+            committed_at=dt.datetime.now(dt.UTC).isoformat(),
+            spec=self.spec.to_json(),
+            units=list(units),
+            state=new_state.to_json(),
+        )
+        self._publish(context, store, document, summary, committed)
+        return summary
+
+    def _read_committed(self, context: Context) -> PipelineState | None:
+        """The Variable; when it is missing, the asset state store's copy (both are written only on success)."""
+        committed = read_pipeline_state(self.pipeline)
+        if committed is None and self.asset is not None:
+            mirrored = context["asset_state_store"][self.asset].get("partition_state")
+            if isinstance(mirrored, dict):
+                self.log.info("Variable missing: starting from the asset state store's copy")
+                committed = PipelineState.from_json(mirrored)
+        return committed
+
+    def _resolve_units(self) -> list[str]:
+        if isinstance(self.units, list):
+            return self.units
+        import pyarrow.dataset as ds
+
+        dataset = ds.dataset(self.units["path"], format=self.units["format"])
+        column = self.units["column"]
+        if column not in dataset.schema.names:
+            raise ValueError(f"units: dataset {self.units['path']} has no column {column!r}")
+        values = dataset.to_table(columns=[column]).column(column).unique().to_pylist()
+        if any(v is None for v in values):
+            self.log.warning("units: ignoring null values of %s in %s", column, self.units["path"])
+        return sorted(validate_name(str(v), f"units[{column}]") for v in values if v is not None)
+
+    def _execute_plan(
+        self, store: WatermarkStoreHook, the_plan: Plan, run_id: str, round_dir: str, try_number: int
+    ) -> tuple[list[UnitResult], list[dict[str, Any]]]:
+        """Run the executing units, except those an earlier attempt of this run already did."""
+        executing = the_plan.executing()
+        done_before: dict[tuple[int, str, int | None], dict[str, Any]] = {}
+        for attempt in range(1, try_number):
+            earlier = store.read_json_url(f"{round_dir}/attempt-{attempt}/manifest.json") or {}
+            for entry in earlier.get("work_units", []):
+                if entry["status"] == "succeeded":
+                    done_before[(int(entry["partition_start"]), str(entry["unit"]), int(entry["range_start"]))] = entry
+        pending = [u for u in executing if (u.partition_start, u.unit, u.range_start) not in done_before]
+        if done_before:
+            self.log.info(
+                "%s work units succeeded in an earlier attempt of this run and are not re-executed",
+                len(executing) - len(pending),
+            )
+        manifests: list[dict[str, Any]] = []
+        outcome: dict[tuple[int, str], str] = {(start, unit): "succeeded" for start, unit, _ in done_before}
+        if pending:
+            manifest = self._submit(store, pending, run_id, f"{round_dir}/attempt-{try_number}")
+            manifests.append(manifest)
+            for entry in manifest["work_units"]:
+                outcome[(int(entry["partition_start"]), str(entry["unit"]))] = entry["status"]
+            self._log_manifest(manifest)
+        results = [
+            UnitResult(
+                u.partition_start,
+                u.partition_end,
+                u.unit,
+                UnitStatus.SUCCEEDED if outcome.get((u.partition_start, u.unit)) == "succeeded" else UnitStatus.FAILED,
+            )
+            for u in executing
+        ]
+        return results, manifests
+
+    def _submit(self, store: WatermarkStoreHook, units: list[Any], run_id: str, attempt_dir: str) -> dict[str, Any]:
+        plan_url = f"{attempt_dir}/plan.json"
+        store.write_json_url(
+            plan_url,
+            {
+                "pipeline": self.pipeline,
+                "work_units": [
+                    {
+                        "partition_start": u.partition_start,
+                        "partition_end": u.partition_end,
+                        "unit": u.unit,
+                        "range_start": u.range_start,
+                        "range_end": u.range_end,
+                        "reason": u.reason.value,
+                    }
+                    for u in units
+                ],
+            },
+        )
+        args = [
+            "--pipeline", self.pipeline, "--run-id", run_id, "--plan", plan_url,
+            "--source", self.source, "--source-format", self.source_format, "--time-column", self.time_column,
+            "--target", self.target, "--round-out", attempt_dir,
+        ]  # fmt: skip
+        for flag, value in (
+            ("--unit-column", self.unit_column),
+            ("--source-partition-column", self.source_partition_column),
+            ("--transform-sql", self.transform_sql),
+            ("--transform-callable", self.transform_callable),
+        ):
+            if value:
+                args += [flag, value]
+        hook = WmSparkSubmitHook(
+            conn_id=self.spark_conn_id,
+            conf=self.spark_conf,
+            application_args=args,
+            name=f"wm-partitions-{self.pipeline}",
+        )
+        self.log.info("Submitting %s work units of %s to %s", len(units), self.pipeline, hook.master)
+        manifest_url = f"{attempt_dir}/manifest.json"
+        try:
+            hook.submit(job_application("incremental_partitions"))
+        except Exception as exc:
+            failed = store.read_json_url(manifest_url)
+            if failed and failed.get("status") == "failed":
+                raise AirflowException(
+                    f"partitions job for {self.pipeline!r} failed: {failed.get('error')}; the state is unchanged"
+                ) from exc
+            raise
+        manifest = store.read_json_url(manifest_url)
+        if manifest is None or manifest.get("status") not in ("succeeded", "partial"):
+            raise AirflowException(
+                f"partitions job for {self.pipeline!r} finished without a manifest at {manifest_url}: "
+                f"{manifest!r}; the state is unchanged"
+            )
+        return manifest
+
+    def _publish(
+        self,
+        context: Context,
+        store: WatermarkStoreHook,
+        document: PipelineState,
+        summary: dict[str, Any],
+        committed: PipelineState | None,
+    ) -> None:
+        """Mirrors first, the Variable (the source of truth for the next plan) last."""
+        store.write_pipeline_state(
+            self.pipeline, {**document.to_json(), "last_plan": summary["plan"], "last_summary": summary}
+        )
+        ti = context["ti"]
+        ti.xcom_push(key="state", value=document.to_json())
+        if self.asset is not None:
+            context["asset_state_store"][self.asset].set("partition_state", document.to_json())
+            state = PartitionState.from_json(document.state)
+            context["outlet_events"][self.asset].extra = {
+                "pipeline": self.pipeline,
+                "version": document.version,
+                "high_watermark": format_ms(state.max_high_watermark()),
+                "work_units_executed": summary["executed"],
+                "failed": summary["failed"],
+            }
+        commit_pipeline_state(document, committed)
+
+    # ------------------------------------------------------------------------------------------ logging
+
+    def _log_plan(self, the_plan: Plan) -> None:
+        rows = the_plan.summary()
+        widths = [max(len("partitions"), *(len(r[0]) for r in rows))] if rows else [10]
+        lines = [f"{'partitions':<{widths[0]}}  {'decision':<8}  {'unit':<12} {'count':>6}  reason"]
+        for label, verdict, unit, count, reason in rows[:PLAN_ROWS_IN_XCOM]:
+            lines.append(f"{label:<{widths[0]}}  {verdict:<8}  {unit:<12} {count:>6}  {reason}")
+        if len(rows) > PLAN_ROWS_IN_XCOM:
+            lines.append(f"... {len(rows) - PLAN_ROWS_IN_XCOM} more rows")
+        self.log.info(
+            "Plan of %s at %s (cut-off %s): %s work units execute\n%s",
+            self.pipeline,
+            format_ms(the_plan.now_ms),
+            format_ms(the_plan.cutoff_ms),
+            len(the_plan.executing()),
+            "\n".join(lines),
+        )
+
+    def _log_manifest(self, manifest: dict[str, Any]) -> None:
+        totals = manifest.get("totals", {})
+        self.log.info(
+            "Job %s: %s work units, %s failed, %s rows read, %s written, %s quarantined %s",
+            manifest.get("status"),
+            totals.get("work_units"),
+            totals.get("failed"),
+            totals.get("rows_read"),
+            totals.get("rows_written"),
+            totals.get("quarantined"),
+            manifest.get("quarantine") or "",
+        )
+        for entry in manifest.get("work_units", []):
+            if entry["status"] == "failed":
+                self.log.error(
+                    "Work unit %s/%s failed: %s", entry["wm_partition"], entry["unit"] or "-", entry["error"]
+                )
