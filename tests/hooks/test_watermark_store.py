@@ -82,3 +82,23 @@ def test_the_base_path_can_come_from_a_wm_store_connection(tmp_path, monkeypatch
     monkeypatch.setenv("AIRFLOW_CONN_MY_STORE", f'{{"conn_type": "wm_store", "host": "{tmp_path}"}}')
     store = WatermarkStoreHook(wm_store_conn_id="my_store")
     assert store.base_path == str(tmp_path)
+
+
+@pytest.mark.parametrize("base", ["local", "memory://wm-pipelines"])
+def test_a_pipeline_state_document_round_trips_and_its_run_files_live_beside_it(tmp_path, base):
+    store = WatermarkStoreHook(str(tmp_path) if base == "local" else base)
+    assert store.read_pipeline_state("orders_daily") is None
+    store.write_pipeline_state("orders_daily", {"pipeline": "orders_daily", "version": 1})
+    store.write_pipeline_state("orders_daily", {"pipeline": "orders_daily", "version": 2})
+    assert store.read_pipeline_state("orders_daily") == {"pipeline": "orders_daily", "version": 2}
+    plan_url = store.pipeline_url("orders_daily", "runs", "r1", "plan.json")
+    store.write_json_url(plan_url, {"work_units": []})
+    assert store.read_json_url(plan_url) == {"work_units": []}
+
+
+def test_a_pipeline_name_cannot_leave_the_store(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    with pytest.raises(ValueError, match=r"pipeline='\.\./x'"):
+        store.read_pipeline_state("../x")
+    with pytest.raises(ValueError, match=r"pipeline='a/b'"):
+        store.pipeline_url("a/b")

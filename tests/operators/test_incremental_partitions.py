@@ -1,0 +1,219 @@
+"""IncrementalPartitionsOperator on real Airflow (dag.test, SQLite) submitting the real job through SparkSubmitHook."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from airflow.models.variable import Variable
+from airflow.sdk import Asset
+
+from airflow_provider_wm.core.partitions import PartitionState, UnitStatus, iso_ms
+from airflow_provider_wm.demo import orders_data
+from airflow_provider_wm.demo.transforms import FAIL_ONCE_ENV, daily_orders
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
+from airflow_provider_wm.state import pipeline_variable_key
+from tests.airflow_helpers import fresh_dag, run_dag, xcom
+
+JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
+REQUIRED = {
+    "task_id": "p",
+    "pipeline": "p1",
+    "source": "/src",
+    "time_column": "event_time",
+    "target": "/t",
+    "store_path": "/s",
+    "watermark": {"from": "2026-01-01", "to": "P0D"},
+}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pipeline": "../etc"}, "pipeline='../etc'"),
+        ({"watermark": {"from": "someday"}}, r"watermark\['from'\]='someday' is not a time watermark bound"),
+        ({"watermark": {"from": "2026-02-01", "to": "2026-01-01"}}, "from='2026-02-01' is not before to='2026-01-01'"),
+        ({"partition": "biweekly"}, "partition='biweekly' is not a partitioning"),
+        ({"grace_period": -1}, "grace_period=-1 must not be negative"),
+        ({"abstinent_period": "P1Q"}, "abstinent_period='P1Q'"),
+        ({"units": ["eu"]}, "needs unit_column"),
+        ({"unit_column": "region"}, "unit_column='region' needs units"),
+        ({"units": ["eu", "../x"], "unit_column": "r"}, r"units\[\]='../x'"),
+        ({"units": "eu,us", "unit_column": "r"}, "units='eu,us' must be a list"),
+        ({"units": {"path": "/x"}, "unit_column": "r"}, "units=.* must be a list of unit values or"),
+        ({"transform": "DROP TABLE x"}, "transform='DROP TABLE x' is neither a SQL statement"),
+        ({"transform": lambda df: df}, "must be a module-level function"),
+        ({"backfill": ("2026-01-05", "2026-01-01")}, "start must be before end"),
+        ({"max_work_units": 0}, "max_work_units=0 must be a positive number"),
+        ({"timezone": "Europe/Nowhere"}, "timezone='Europe/Nowhere'"),
+        ({"source": ""}, "source='' must be a non-empty path"),
+    ],
+)
+def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        IncrementalPartitionsOperator(**{**REQUIRED, **kwargs})
+
+
+def test_a_transform_function_is_passed_to_the_job_by_its_import_path():
+    op = IncrementalPartitionsOperator(**REQUIRED, transform=daily_orders)
+    assert op.transform_callable == "airflow_provider_wm.demo.transforms:daily_orders"
+    op = IncrementalPartitionsOperator(**REQUIRED, transform="WITH x AS (SELECT * FROM source) SELECT * FROM x")
+    assert op.transform_sql is not None and op.transform_callable is None
+
+
+def test_one_task_instance_at_a_time_by_default_and_the_asset_is_an_outlet():
+    asset = Asset(name="orders_daily", uri="file:///t")
+    op = IncrementalPartitionsOperator(**REQUIRED, asset=asset)
+    assert op.max_active_tis_per_dag == 1 and op.outlets == [asset]
+
+
+def pipeline_dag(tmp_path, pipeline: str, **kwargs):
+    dag = fresh_dag("partitions")
+    with dag:
+        IncrementalPartitionsOperator(
+            task_id="orders",
+            pipeline=pipeline,
+            source=str(tmp_path / "orders"),
+            source_partition_column="event_date",
+            time_column="event_time",
+            watermark={"from": "2026-01-01", "to": "P0D"},
+            partition="daily",
+            grace_period=timedelta(days=1),
+            unit_column="region",
+            transform="airflow_provider_wm.demo.transforms:daily_orders",
+            target=str(tmp_path / "target"),
+            store_path=str(tmp_path / "store"),
+            **{"units": ["eu", "us"], **kwargs},
+        )
+    return dag
+
+
+def committed(pipeline: str):
+    return Variable.get(pipeline_variable_key(pipeline), default_var=None, deserialize_json=True)
+
+
+def target_ids(tmp_path) -> list[str]:
+    table = pq.read_table(tmp_path / "target", columns=["order_id"])
+    return table.column("order_id").to_pylist()
+
+
+def test_dry_run_plans_and_shows_without_running_or_committing(airflow_db, tmp_path):
+    run, states = run_dag(pipeline_dag(tmp_path, "p_dry", dry_run=True), JAN_6)
+    assert states == {"orders": "success"}
+    summary = xcom(run, "orders")
+    assert summary["dry_run"] is True
+    assert summary["plan"][0][:4] == ["2026-01-01..2026-01-02", "executes", "eu", 1]
+    assert len(summary["plan"]) == 10 and all("new" in row[4] for row in summary["plan"])
+    assert committed("p_dry") is None
+    assert not (tmp_path / "store").exists() and not (tmp_path / "target").exists()
+
+
+@pytest.mark.slow
+def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_new_days(airflow_db, tmp_path):
+    orders_data.write_history(tmp_path / "orders", JAN_6)
+    units = tmp_path / "regions"
+    pq.write_table(pa.table({"region": ["us", "eu", "eu", None]}), tmp_path / "regions.parquet")
+    units.mkdir()
+    (tmp_path / "regions.parquet").rename(units / "part-0.parquet")
+    asset = Asset(name="orders_daily_test", uri=f"file://{tmp_path / 'target'}")
+    dag = pipeline_dag(tmp_path, "p_two", units={"path": str(units), "column": "region"}, asset=asset)
+
+    run1, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "success"}
+    first = committed("p_two")
+    assert first["version"] == 1 and first["units"] == ["eu", "us"]
+    state = PartitionState.from_json(first["state"])
+    assert state.max_high_watermark() == iso_ms("2026-01-06")
+    assert xcom(run1, "orders", "state") == first
+    store_doc = WatermarkStoreHook(str(tmp_path / "store")).read_pipeline_state("p_two")
+    assert store_doc is not None and store_doc["version"] == 1 and store_doc["last_plan"]
+    ids = target_ids(tmp_path)
+    assert len(ids) == len(set(ids)) == 5 * orders_data.ORDERS_PER_DAY
+
+    orders_data.write_day(tmp_path / "orders", JAN_6 + timedelta(days=1))  # day 01-06 + late orders for 01-05
+    run2, states = run_dag(dag, JAN_6 + timedelta(days=1))
+    assert states == {"orders": "success"}
+    summary = xcom(run2, "orders")
+    executed = [row[:3] for row in summary["plan"] if row[1] == "executes"]
+    assert executed == [
+        ["2026-01-05..2026-01-06", "executes", "eu"],
+        ["2026-01-06..2026-01-07", "executes", "eu"],
+        ["2026-01-05..2026-01-06", "executes", "us"],
+        ["2026-01-06..2026-01-07", "executes", "us"],
+    ]
+    assert summary["quarantined"] == 1  # the day's row without a time
+    ids = target_ids(tmp_path)
+    assert len(ids) == len(set(ids)) == 6 * orders_data.ORDERS_PER_DAY + 12
+    assert committed("p_two")["version"] == 2
+
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == "orders_daily_test")
+            .order_by(AssetEvent.id)
+            .all()
+        )
+        extras = [e.extra for e in events]
+    assert [e["version"] for e in extras] == [1, 2]
+    assert extras[-1]["high_watermark"].startswith("2026-01-07")
+
+
+@pytest.mark.slow
+def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only_that_unit(
+    airflow_db, tmp_path, monkeypatch
+):
+    orders_data.write_history(tmp_path / "orders", JAN_6)
+    marker = tmp_path / "fail-once"
+    monkeypatch.setenv(FAIL_ONCE_ENV, str(marker))
+
+    marker.write_text("20260103T000000Z us")
+    _run, states = run_dag(pipeline_dag(tmp_path, "p_fail"), JAN_6)
+    assert states == {"orders": "failed"}
+    assert committed("p_fail") is None
+    assert not (tmp_path / "store" / "pipelines" / "p_fail" / "state.json").exists()
+
+    marker.write_text("20260103T000000Z us")
+    run, states = run_dag(pipeline_dag(tmp_path, "p_retry", retries=1, retry_delay=timedelta(seconds=0)), JAN_6)
+    assert states == {"orders": "success"}
+    run_dir = next((tmp_path / "store" / "pipelines" / "p_retry" / "runs").iterdir())
+    import json
+
+    second = json.loads((run_dir / "attempt-2" / "plan.json").read_text())
+    assert [(u["partition_start"], u["unit"]) for u in second["work_units"]] == [(iso_ms("2026-01-03"), "us")]
+    state = PartitionState.from_json(committed("p_retry")["state"])
+    assert all(
+        state.history(unit, iso_ms(f"2026-01-0{d}"), iso_ms(f"2026-01-0{d + 1}")).status is UnitStatus.SUCCEEDED
+        for d in range(1, 6)
+        for unit in ("eu", "us")
+    )
+    ids = target_ids(tmp_path)
+    assert len(ids) == len(set(ids)) == 5 * orders_data.ORDERS_PER_DAY
+    assert xcom(run, "orders")["executed"] == 10
+
+
+@pytest.mark.slow
+def test_with_partial_success_allowed_the_failed_unit_is_committed_failed_and_runs_next_time(
+    airflow_db, tmp_path, monkeypatch
+):
+    orders_data.write_history(tmp_path / "orders", JAN_6)
+    marker = tmp_path / "fail-once"
+    monkeypatch.setenv(FAIL_ONCE_ENV, str(marker))
+    marker.write_text("20260102T000000Z eu")
+    dag = pipeline_dag(tmp_path, "p_partial", allow_partial_success=True)
+    run, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "success"}
+    assert xcom(run, "orders")["failed"] == [["2026-01-02", "eu"]]
+    state = PartitionState.from_json(committed("p_partial")["state"])
+    assert state.history("eu", iso_ms("2026-01-02"), iso_ms("2026-01-03")).status is UnitStatus.FAILED
+
+    run, states = run_dag(dag, JAN_6 + timedelta(days=1))
+    plan = xcom(run, "orders")["plan"]
+    assert ["2026-01-02..2026-01-03", "executes", "eu", 1] == plan[1][:4] and "failed before" in plan[1][4]
+    assert xcom(run, "orders")["failed"] == []

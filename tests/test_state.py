@@ -1,0 +1,49 @@
+"""Cut-off state in Variables: committed only if nobody committed in between (no lost update)."""
+
+from __future__ import annotations
+
+from airflow.models.variable import Variable
+from airflow.sdk import task
+
+from airflow_provider_wm.state import (
+    CutoffConflict,
+    PipelineState,
+    commit_pipeline_state,
+    pipeline_variable_key,
+    read_pipeline_state,
+)
+from tests.airflow_helpers import fresh_dag, run_dag, xcom
+
+
+def document(version: int, run_id: str) -> PipelineState:
+    return PipelineState(
+        pipeline="p_state",
+        version=version,
+        run_id=run_id,
+        committed_at="2026-01-01T00:00:00+00:00",
+        spec={"pieces": [["daily", "2026-01-01", "P0D"]], "timezone": "UTC", "partial_partition": True},
+        units=[],
+        state={"version": 1, "units": {"": [[0, 10, "s", None]]}},
+    )
+
+
+def test_a_commit_based_on_a_stale_read_is_refused_and_the_newer_state_survives(airflow_db):
+    dag = fresh_dag("state")
+    with dag:
+
+        @task
+        def overlapping_runs() -> str:
+            read_by_both = read_pipeline_state("p_state")  # two runs start from the same state
+            commit_pipeline_state(document(1, "run-a"), read_by_both)  # the first one commits
+            try:
+                commit_pipeline_state(document(1, "run-b"), read_by_both)  # the second must not overwrite it
+            except CutoffConflict as exc:
+                return str(exc)
+            return "overwrote"
+
+        overlapping_runs()
+    run, states = run_dag(dag)
+    assert states == {"overlapping_runs": "success"}
+    assert "moved from version 0 to 1" in xcom(run, "overlapping_runs")
+    stored = Variable.get(pipeline_variable_key("p_state"), deserialize_json=True)
+    assert stored["run_id"] == "run-a" and stored["version"] == 1
