@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -208,6 +209,11 @@ class IncrementalPartitionsOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         now_ms = to_epoch_ms(self.logical_time, "logical_time")
+        if now_ms > time.time() * 1000:
+            raise ValueError(
+                f"logical_time={self.logical_time!r} is later than the current time: partitions up to it would "
+                "be committed before their data exists, and later skipped as up to date"
+            )
         run_id = str(context["run_id"])
         store = WatermarkStoreHook(self.store_path)
         committed = self._read_committed(context)

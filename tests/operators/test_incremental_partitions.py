@@ -111,6 +111,13 @@ def test_dry_run_plans_and_shows_without_running_or_committing(airflow_db, tmp_p
     assert not (tmp_path / "store").exists() and not (tmp_path / "target").exists()
 
 
+def test_a_logical_time_in_the_future_is_refused(airflow_db, tmp_path):
+    future = datetime.now(UTC) + timedelta(days=1)
+    _run, states = run_dag(pipeline_dag(tmp_path, "p_future", logical_time=future.isoformat()), JAN_6)
+    assert states == {"orders": "failed"}
+    assert committed("p_future") is None
+
+
 @pytest.mark.slow
 def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_new_days(airflow_db, tmp_path):
     orders_data.write_history(tmp_path / "orders", JAN_6)
