@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import traceback
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -84,3 +86,23 @@ def read_parquet_or_empty(spark: SparkSession, path: str | None, schema: StructT
     if missing:
         raise ValueError(f"dataset {path} lacks required columns {missing}; it has {df.columns}")
     return df.select(*[df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def write_manifest_after(
+    spark: SparkSession, job: str, manifest_path: str, compute: Callable[[], dict[str, Any]]
+) -> int:
+    """Run ``compute`` and write its manifest atomically; on an exception write a ``failed`` manifest (the
+    operator reads the error from it) and re-raise, so ``spark-submit`` exits non-zero."""
+    try:
+        manifest = compute()
+    except Exception as exc:
+        failed = {
+            "status": "failed",
+            "job": job,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=20),
+        }
+        write_json_atomic(spark, manifest_path, failed)
+        raise
+    write_json_atomic(spark, manifest_path, manifest)
+    return 0

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -58,7 +57,7 @@ from spark_jobs.common import (
     MANIFEST_NAME,
     get_session,
     read_parquet_or_empty,
-    write_json_atomic,
+    write_manifest_after,
 )
 
 POSITION = MapType(LongType(), LongType())
@@ -728,22 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spark = get_session(f"wm-controller-{args.controller}")
     manifest_path = f"{args.round_out}/{MANIFEST_NAME}"
-    try:
-        manifest = run_round(spark, args)
-    except Exception as exc:
-        write_json_atomic(
-            spark,
-            manifest_path,
-            {
-                "status": "failed",
-                "job": "controller_watermark",
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(limit=20),
-            },
-        )
-        raise
-    write_json_atomic(spark, manifest_path, manifest)
-    return 0
+    return write_manifest_after(spark, "controller_watermark", manifest_path, lambda: run_round(spark, args))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import argparse
 import datetime as dt
 import importlib
 import sys
-import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,7 +49,14 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_wm.core.partitions import DAY_MS
-from spark_jobs.common import MANIFEST_NAME, delete_path, get_session, path_exists, read_json, write_json_atomic
+from spark_jobs.common import (
+    MANIFEST_NAME,
+    delete_path,
+    get_session,
+    path_exists,
+    read_json,
+    write_manifest_after,
+)
 
 PARTITION_COLUMNS = ("wm_partition", "wm_unit")
 WORK_UNITS_SCHEMA = StructType(
@@ -384,22 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spark = get_session(f"wm-partitions-{args.pipeline}")
     manifest_path = f"{args.round_out}/{MANIFEST_NAME}"
-    try:
-        manifest = run(spark, args)
-    except Exception as exc:
-        write_json_atomic(
-            spark,
-            manifest_path,
-            {
-                "status": "failed",
-                "job": "incremental_partitions",
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(limit=20),
-            },
-        )
-        raise
-    write_json_atomic(spark, manifest_path, manifest)
-    return 0
+    return write_manifest_after(spark, "incremental_partitions", manifest_path, lambda: run(spark, args))
 
 
 if __name__ == "__main__":

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Collection
 from importlib import resources
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Connection
-from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 __all__ = ["EMBEDDED_MASTER", "SparkConnectionNotFound", "WmSparkSubmitHook", "job_application"]
 
@@ -63,6 +64,30 @@ class WmSparkSubmitHook(SparkSubmitHook):
                 f"is local[*]) or pass spark_conn_id=None to run on the embedded {EMBEDDED_MASTER} master. "
                 "(SparkSubmitHook alone would silently submit to YARN.)"
             ) from exc
+
+    def submit_job(
+        self,
+        module: str,
+        manifest_url: str,
+        read_manifest: Callable[[str], dict[str, Any] | None],
+        what: str,
+        accepted: Collection[str] = ("succeeded",),
+    ) -> dict[str, Any]:
+        """Submit one of our jobs and return its manifest; a failure names the job's own error (from its
+        ``failed`` manifest) and says that the state is unchanged."""
+        try:
+            self.submit(job_application(module))
+        except Exception as exc:
+            failed = read_manifest(manifest_url)
+            if failed and failed.get("status") == "failed":
+                raise AirflowException(f"{what} failed: {failed.get('error')}; the state is unchanged") from exc
+            raise
+        manifest = read_manifest(manifest_url)
+        if manifest is None or manifest.get("status") not in accepted:
+            raise AirflowException(
+                f"{what} finished without a usable manifest at {manifest_url}: {manifest!r}; the state is unchanged"
+            )
+        return manifest
 
     @property
     def master(self) -> str:

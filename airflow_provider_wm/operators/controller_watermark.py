@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook, job_application
+from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.state import ControllerCutoff, commit_cutoff, read_cutoff
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
@@ -187,23 +186,12 @@ class ControllerWatermarkOperator(BaseOperator):
             name=f"wm-controller-{self.controller}",
         )
         self.log.info("Submitting controller round for %s to %s", format_ms(now_ms), hook.master)
-        manifest_url = f"{round_out}/manifest.json"
-        try:
-            hook.submit(job_application("controller_watermark"))
-        except Exception as exc:
-            failed = store.read_json_url(manifest_url)
-            if failed and failed.get("status") == "failed":
-                raise AirflowException(
-                    f"controller job for {self.controller!r} failed: {failed.get('error')}; the cut-off is unchanged"
-                ) from exc
-            raise
-        manifest = store.read_json_url(manifest_url)
-        if manifest is None or manifest.get("status") != "succeeded":
-            raise AirflowException(
-                f"controller job for {self.controller!r} finished without a successful manifest at "
-                f"{manifest_url}: {manifest!r}; the cut-off is unchanged"
-            )
-        return manifest
+        return hook.submit_job(
+            "controller_watermark",
+            f"{round_out}/manifest.json",
+            store.read_json_url,
+            f"controller job for {self.controller!r}",
+        )
 
     def _summary_from_cutoff(self, cutoff: ControllerCutoff) -> dict[str, Any]:
         return {

@@ -20,7 +20,7 @@ from airflow_provider_wm.core.partitions import (
     format_day,
     plan,
 )
-from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook, job_application
+from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, read_pipeline_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
@@ -376,23 +376,13 @@ class IncrementalPartitionsOperator(BaseOperator):
             name=f"wm-partitions-{self.pipeline}",
         )
         self.log.info("Submitting %s work units of %s to %s", len(units), self.pipeline, hook.master)
-        manifest_url = f"{attempt_dir}/manifest.json"
-        try:
-            hook.submit(job_application("incremental_partitions"))
-        except Exception as exc:
-            failed = store.read_json_url(manifest_url)
-            if failed and failed.get("status") == "failed":
-                raise AirflowException(
-                    f"partitions job for {self.pipeline!r} failed: {failed.get('error')}; the state is unchanged"
-                ) from exc
-            raise
-        manifest = store.read_json_url(manifest_url)
-        if manifest is None or manifest.get("status") not in ("succeeded", "partial"):
-            raise AirflowException(
-                f"partitions job for {self.pipeline!r} finished without a manifest at {manifest_url}: "
-                f"{manifest!r}; the state is unchanged"
-            )
-        return manifest
+        return hook.submit_job(
+            "incremental_partitions",
+            f"{attempt_dir}/manifest.json",
+            store.read_json_url,
+            f"partitions job for {self.pipeline!r}",
+            accepted=("succeeded", "partial"),
+        )
 
     def _publish(
         self,

@@ -1,0 +1,319 @@
+"""Benchmark: incremental partitions (DIL) planning at scale, and the Spark job's first run vs a day-2 run.
+
+1. Planning (pure Python, no Spark): ten years of hourly partitions (2016-01-01..2026-01-01, no units,
+   87,672 work units). The full state is every work unit succeeded, then 1 in ``--fail-every`` failed.
+   Times ``plan(...)`` with a 3-day grace period over that state (median of ``--repeat``; target < 200 ms)
+   and, for reference, over the empty state (a first run: every work unit executes) and the
+   ``PartitionState.apply`` that builds the full state. Prints the state's size as compact JSON
+   (target < 64 KB) and as the Airflow Variable ``wm_partitions__<pipeline>`` would hold it
+   (``PipelineState`` dumped the way ``commit_pipeline_state`` does).
+
+2. The Spark job (``spark_jobs/incremental_partitions.py``, in-process, one local session): a daily source
+   of ``--rows`` rows over ``--days`` days from 2025-01-01, generated with ``spark.range`` as Parquet
+   partitioned by ``event_date`` (one file per day) with ``event_time``, ``region`` (eu/us) and ``amount``.
+   It is generated once under ``--work-dir`` and reused by later runs with the same parameters.
+
+   - first run: the core plan at the end of the ``--days`` days, units ``eu`` and ``us`` (every work unit
+     new), ``SELECT * FROM source``, into a fresh target;
+   - day-2 run: the state after the first run, one more day of data appended to the source, the plan one
+     day later with a 2-day grace period (2 days re-execute + 1 new day, x 2 units).
+
+   Both are timed as the wall clock around ``run(...)``; before them an untimed warm-up runs the job for the
+   first day into a scratch target, so both runs find a warm JVM. Prints rows read/written from the
+   manifests, the source partitions/files the job's scan selects, and the ratio day-2 / first
+   (target <= 0.15: a day-2 run costs a small fraction of a full run).
+
+    .venv/bin/python bench/incremental_partitions.py                      # default: 20M rows, a few minutes
+    .venv/bin/python bench/incremental_partitions.py --rows 2000000       # quick check
+    .venv/bin/python bench/incremental_partitions.py --work-dir /tmp/bench-partitions   # keep and reuse the source
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_wm.core.partitions import (
+    DAY_MS,
+    PartitionSpec,
+    PartitionState,
+    Plan,
+    UnitResult,
+    UnitStatus,
+    iso_ms,
+    plan,
+    succeeded,
+)
+from spark_jobs.incremental_partitions import Job, merged_intervals, parse_args, run
+
+HOURLY_FROM, HOURLY_TO = "2016-01-01", "2026-01-01"
+SOURCE_START = "2025-01-01"
+UNITS = ["eu", "us"]
+DAY_US = DAY_MS * 1000
+GENERATOR_VERSION = 1
+
+
+# --- 1. planning ---------------------------------------------------------------------------------
+
+
+def median_ms(repeat: int, fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def variable_value(spec: PartitionSpec, units: list[str], state: PartitionState) -> str:
+    """The Variable's value, as ``commit_pipeline_state`` writes it (airflow is imported only here)."""
+    from airflow_provider_wm.state import PipelineState
+
+    document = PipelineState(
+        pipeline="bench_hourly",
+        version=1234,
+        run_id="scheduled__2026-01-01T00:00:00+00:00",
+        committed_at="2026-01-01T00:05:00+00:00",
+        spec=spec.to_json(),
+        units=units,
+        state=state.to_json(),
+    )
+    return json.dumps(document.to_json(), separators=(",", ":"), sort_keys=True)
+
+
+def bench_planning(repeat: int, fail_every: int) -> None:
+    spec = PartitionSpec.build({"from": HOURLY_FROM, "to": HOURLY_TO}, "hourly")
+    now = iso_ms(HOURLY_TO)
+    first = plan(spec, PartitionState.empty(), now)
+    executed = first.executing()
+    count = len(executed)
+
+    start = time.perf_counter()
+    full = PartitionState.empty().apply(succeeded(first))
+    apply_ms = (time.perf_counter() - start) * 1000
+    failures = [
+        UnitResult(u.partition_start, u.partition_end, u.unit, UnitStatus.FAILED)
+        for u in executed[fail_every - 1 :: fail_every]
+    ]
+    state = full.apply(failures)
+
+    def grace_plan() -> Plan:
+        return plan(spec, state, now, grace_ms=3 * DAY_MS)
+
+    def first_plan() -> Plan:
+        return plan(spec, PartitionState.empty(), now)
+
+    full_ms = median_ms(repeat, grace_plan)
+    empty_ms = median_ms(repeat, first_plan)
+    with_state = grace_plan()
+    reasons: dict[str, int] = {}
+    for u in with_state.executing():
+        reasons[u.reason.value] = reasons.get(u.reason.value, 0) + 1
+    compact = len(json.dumps(state.to_json(), separators=(",", ":")).encode())
+    variable = len(variable_value(spec, [], state).encode())
+
+    print(f"1. planning: {count:,} hourly work units ({HOURLY_FROM}..{HOURLY_TO}, no units), median of {repeat}")
+    print(f"   {'':<46} {'ms':>9}  {'executes':>9}  target")
+    detail = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+    print(
+        f"   {'plan, full state, grace 3 days':<46} {full_ms:>9.1f}  {len(with_state.executing()):>9,}  < 200 ms"
+        f"  ({detail})"
+    )
+    print(f"   {'plan, empty state (first run)':<46} {empty_ms:>9.1f}  {count:>9,}  reference")
+    print(f"   {'apply: state from the first run':<46} {apply_ms:>9.1f}  {'':>9}  reference")
+    print(f"   full state vs empty state: {full_ms / empty_ms:.2f}x the time")
+    print(
+        f"   state: {state.size():,} runs ({len(failures):,} failed units, 1 in {fail_every}); compact JSON "
+        f"{compact:,} bytes = {compact / 1024:.1f} KB (target < 64 KB); Variable value {variable:,} bytes "
+        f"= {variable / 1024:.1f} KB"
+    )
+
+
+# --- 2. the Spark job ----------------------------------------------------------------------------
+
+
+def session(master: str, driver_memory: str) -> SparkSession:
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("bench-incremental-partitions")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    return spark
+
+
+def events(spark: SparkSession, first_day: int, days: int, per_day: int) -> DataFrame:
+    """``per_day`` rows on each of ``days`` days from ``SOURCE_START + first_day``, evenly spaced in the day;
+    one range partition (so one Parquet file) per day."""
+    base_us = iso_ms(SOURCE_START) * 1000
+    step_us = DAY_US // per_day
+    ids = spark.range(first_day * per_day, (first_day + days) * per_day, numPartitions=days)
+    day = (F.col("id") / per_day).cast("long")
+    event_time = F.timestamp_micros(F.lit(base_us) + day * DAY_US + (F.col("id") % per_day) * step_us)
+    return ids.select(
+        F.col("id"),
+        F.when(F.col("id") % 2 == 0, F.lit("eu")).otherwise(F.lit("us")).alias("region"),
+        event_time.alias("event_time"),
+        F.to_date(event_time).alias("event_date"),  # the session time zone is UTC
+        ((F.col("id") * 7919) % 100_000 / 100).cast("decimal(10,2)").alias("amount"),
+    )
+
+
+def day_label(day: int) -> str:
+    return (dt.date.fromisoformat(SOURCE_START) + dt.timedelta(days=day)).isoformat()
+
+
+def prepare_source(spark: SparkSession, work: Path, days: int, per_day: int) -> None:
+    """Generate the source once; a reused one only loses the extra day a previous day-2 run appended."""
+    source, marker = work / "source", work / "source.json"
+    params = {"version": GENERATOR_VERSION, "start": SOURCE_START, "days": days, "per_day": per_day}
+    if marker.exists() and source.exists() and json.loads(marker.read_text()) == params:
+        shutil.rmtree(source / f"event_date={day_label(days)}", ignore_errors=True)
+        print(f"   source: reusing {days * per_day:,} rows over {days} days under {source}")
+        return
+    marker.unlink(missing_ok=True)
+    start = time.perf_counter()
+    events(spark, 0, days, per_day).write.mode("overwrite").partitionBy("event_date").parquet(str(source))
+    marker.write_text(json.dumps(params))
+    print(f"   source: generated {days * per_day:,} rows over {days} days in {time.perf_counter() - start:.1f}s")
+
+
+def execute(spark: SparkSession, work: Path, the_plan: Plan, name: str, target: Path) -> tuple[dict[str, Any], float]:
+    """Write the plan file, run the job in-process; (manifest, seconds around ``run``)."""
+    plan_file = work / "runs" / f"{name}-plan.json"
+    plan_file.parent.mkdir(parents=True, exist_ok=True)
+    units = [
+        {
+            "partition_start": u.partition_start,
+            "partition_end": u.partition_end,
+            "unit": u.unit,
+            "range_start": u.range_start,
+            "range_end": u.range_end,
+        }
+        for u in the_plan.executing()
+    ]
+    plan_file.write_text(json.dumps({"work_units": units}))
+    args = parse_args(job_argv(work, name, plan_file, target))
+    start = time.perf_counter()
+    manifest = run(spark, args)
+    return manifest, time.perf_counter() - start
+
+
+def job_argv(work: Path, name: str, plan_file: Path, target: Path) -> list[str]:
+    return [
+        "--pipeline", "bench", "--run-id", name, "--plan", str(plan_file),
+        "--source", str(work / "source"), "--time-column", "event_time",
+        "--unit-column", "region", "--source-partition-column", "event_date",
+        "--transform-sql", "SELECT * FROM source",
+        "--target", str(target), "--round-out", str(work / "runs" / name),
+    ]  # fmt: skip
+
+
+def scan_selection(spark: SparkSession, work: Path, name: str, target: Path) -> str:
+    """Source partitions and files the job's read selects (partition pruning), from the planned scan."""
+    try:
+        args = parse_args(job_argv(work, name, work / "runs" / f"{name}-plan.json", target))
+        units = json.loads((work / "runs" / f"{name}-plan.json").read_text())["work_units"]
+        frame, _ = Job(spark, args, units).rows(units)
+        leaves = frame._jdf.queryExecution().sparkPlan().collectLeaves()  # the physical plan before AQE
+        for i in range(leaves.size()):
+            node = leaves.apply(i)
+            if node.getClass().getName().endswith(".FileSourceScanExec"):
+                node.inputRDD()  # selects the partitions (no data read) and sets the driver-side metrics
+                metrics = node.metrics()
+                partitions = metrics.apply("numPartitions").value()
+                files = metrics.apply("numFiles").value()
+                return f"{partitions} partitions, {files} files ({len(merged_intervals(units))} read interval(s))"
+    except Exception as exc:  # a reporting nicety: never fail the benchmark over it
+        return f"n/a ({type(exc).__name__})"
+    return "n/a"
+
+
+def bench_job(args: argparse.Namespace) -> None:
+    per_day = -(-args.rows // args.days)  # at least --rows
+    spark = session(args.master, args.driver_memory)
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench-partitions-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        print(
+            f"\n2. Spark job: {per_day * args.days:,} rows over {args.days} days, units {UNITS}, "
+            f"master {args.master} ({spark.sparkContext.defaultParallelism} cores)"
+        )
+        prepare_source(spark, work, args.days, per_day)
+        for stale in ("target", "warm-up-target", "runs"):
+            shutil.rmtree(work / stale, ignore_errors=True)
+
+        spec = PartitionSpec.build({"from": SOURCE_START, "to": "P0D"}, "daily")
+        now1 = iso_ms(SOURCE_START) + args.days * DAY_MS
+        start = time.perf_counter()
+        warm = plan(spec, PartitionState.empty(), iso_ms(SOURCE_START) + DAY_MS, units=UNITS)
+        execute(spark, work, warm, "warm-up", work / "warm-up-target")
+        print(f"   warm-up (day 1 into a scratch target, untimed): {time.perf_counter() - start:.1f}s")
+
+        first_plan = plan(spec, PartitionState.empty(), now1, units=UNITS)
+        first, first_s = execute(spark, work, first_plan, "first", work / "target")
+        first_scan = scan_selection(spark, work, "first", work / "target")
+
+        state = PartitionState.empty().apply(succeeded(first_plan))
+        events(spark, args.days, 1, per_day).write.mode("append").partitionBy("event_date").parquet(
+            str(work / "source")
+        )
+        day2_plan = plan(spec, state, now1 + DAY_MS, units=UNITS, grace_ms=2 * DAY_MS)
+        day2, day2_s = execute(spark, work, day2_plan, "day2", work / "target")
+        day2_scan = scan_selection(spark, work, "day2", work / "target")
+
+        print(
+            f"   {'':<34} {'units':>6} {'rows read':>12} {'rows written':>13} {'seconds':>8}  {'status':<9} source read"
+        )
+        for label, manifest, seconds, scan in (
+            (f"first run (plan at {day_label(args.days)})", first, first_s, first_scan),
+            ("day-2 run (+1 day, grace 2 days)", day2, day2_s, day2_scan),
+        ):
+            totals = manifest["totals"]
+            print(
+                f"   {label:<34} {totals['work_units']:>6} {totals['rows_read']:>12,} {totals['rows_written']:>13,}"
+                f" {seconds:>8.2f}  {manifest['status']:<9} {scan}"
+            )
+        print(f"   day-2 / first: {day2_s / first_s:.3f} (target <= 0.15)")
+    finally:
+        spark.stop()
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=20_000_000, help="source rows over --days days")
+    parser.add_argument("--days", type=int, default=365)
+    parser.add_argument("--work-dir", help="keeps the generated source for reuse (default: a temp dir, removed)")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--repeat", type=int, default=7, help="planning repeats (median)")
+    parser.add_argument("--fail-every", type=int, default=500, help="1 in N hourly work units failed in the state")
+    parser.add_argument("--skip-spark", action="store_true", help="only the planning part")
+    args = parser.parse_args()
+    if args.rows < args.days:
+        parser.error(f"--rows={args.rows} must be at least --days={args.days}")
+    bench_planning(args.repeat, args.fail_every)
+    if not args.skip_spark:
+        bench_job(args)
+
+
+if __name__ == "__main__":
+    main()
