@@ -28,5 +28,8 @@ lint: setup
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/controller_watermark.py
 
+bench-partitions: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/incremental_partitions.py
+
 clean:
 	rm -rf .demo build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+from airflow.sdk import Context, PokeReturnValue, conf
 
 from airflow_provider_wm.core.partitions import format_day
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 from airflow_provider_wm.triggers.partitions import FIRST_PENDING, PartitionWatermarkTrigger, check_completeness
 
 __all__ = ["PartitionWatermarkSensor"]
 
 
-class PartitionWatermarkSensor(BaseSensorOperator):
+class PartitionWatermarkSensor(DeferrableStoreSensor):
     """Wait until every work unit of the upstream ``pipeline`` overlapping ``[start, end)`` has succeeded
     with a high watermark at or past its partition's end ("all 31 days of the month arrived").
 
@@ -133,25 +132,16 @@ class PartitionWatermarkSensor(BaseSensorOperator):
                 self.end,
             )
 
-    def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        first = self.poke(context)
-        if first.is_done:
-            return first.xcom_value
+    def trigger(self, context: Context, timeout_at_ms: int) -> PartitionWatermarkTrigger:
         start_ms, end_ms = self._range_ms()
-        self.defer(
-            trigger=PartitionWatermarkTrigger(
-                store_path=self.store_path,
-                pipeline=validate_name(self.pipeline, "pipeline"),
-                start_ms=start_ms,
-                end_ms=end_ms,
-                poll_interval=self.poke_interval,
-                timeout_at_ms=int((time.time() + self.timeout) * 1000),
-                storage_options=self.storage_options,
-            ),
-            method_name="execute_complete",
-            timeout=dt.timedelta(seconds=self.timeout),
+        return PartitionWatermarkTrigger(
+            store_path=self.store_path,
+            pipeline=validate_name(self.pipeline, "pipeline"),
+            start_ms=start_ms,
+            end_ms=end_ms,
+            poll_interval=self.poke_interval,
+            timeout_at_ms=timeout_at_ms,
+            storage_options=self.storage_options,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -176,9 +166,7 @@ class PartitionWatermarkSensor(BaseSensorOperator):
             f"Pipeline {event.get('pipeline')} {what} in [{format_ms(event.get('start_ms'))}, "
             f"{format_ms(event.get('end_ms'))}) after the timeout of {self.timeout}s"
         )
-        if self.soft_fail:
-            raise AirflowSkipException(message)
-        raise AirflowSensorTimeout(message)
+        self.timed_out(message)
 
 
 def _check_range(start: Any, end: Any, start_ms: int, end_ms: int) -> None:

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+from airflow.sdk import Context, PokeReturnValue, conf
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 from airflow_provider_wm.triggers.watermark import WatermarkTrigger
 
 __all__ = ["StreamWatermarkSensor"]
 
 
-class StreamWatermarkSensor(BaseSensorOperator):
+class StreamWatermarkSensor(DeferrableStoreSensor):
     """Wait until ``stream``'s watermark (its lower bound) is at or past ``threshold``.
 
     A watermark W means every event with time < W has arrived, so waiting for W >= the run's
@@ -73,23 +72,14 @@ class StreamWatermarkSensor(BaseSensorOperator):
         passed = lower is not None and lower >= threshold_ms
         return PokeReturnValue(is_done=passed, xcom_value=latest if passed else None)
 
-    def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        first = self.poke(context)
-        if first.is_done:
-            return first.xcom_value
-        self.defer(
-            trigger=WatermarkTrigger(
-                store_path=self.store_path,
-                stream=validate_name(self.stream, "stream"),
-                threshold_ms=self._threshold_ms(),
-                poll_interval=self.poke_interval,
-                timeout_at_ms=int((time.time() + self.timeout) * 1000),
-                storage_options=self.storage_options,
-            ),
-            method_name="execute_complete",
-            timeout=dt.timedelta(seconds=self.timeout),
+    def trigger(self, context: Context, timeout_at_ms: int) -> WatermarkTrigger:
+        return WatermarkTrigger(
+            store_path=self.store_path,
+            stream=validate_name(self.stream, "stream"),
+            threshold_ms=self._threshold_ms(),
+            poll_interval=self.poke_interval,
+            timeout_at_ms=timeout_at_ms,
+            storage_options=self.storage_options,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -100,6 +90,4 @@ class StreamWatermarkSensor(BaseSensorOperator):
             f"Stream {event.get('stream')} watermark {format_ms(event.get('last_seen_lower_ms'))} did not "
             f"reach {format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s"
         )
-        if self.soft_fail:
-            raise AirflowSkipException(message)
-        raise AirflowSensorTimeout(message)
+        self.timed_out(message)

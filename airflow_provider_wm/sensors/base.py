@@ -1,0 +1,45 @@
+"""What our store-reading sensors share: poke first, then defer to a trigger that keeps its own deadline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any, NoReturn
+
+from airflow.sdk import BaseSensorOperator, Context
+from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+from airflow.triggers.base import BaseTrigger
+
+__all__ = ["DeferrableStoreSensor"]
+
+
+class DeferrableStoreSensor(BaseSensorOperator):
+    """A sensor whose ``poke`` reads one small document from the watermark store.
+
+    Without ``deferrable`` it is a normal sensor (``poke`` or ``reschedule`` mode). With it, ``execute``
+    pokes once, then hands the waiting to :meth:`trigger`, whose absolute deadline is ``now + timeout``; the
+    deferral gets the same timeout (Airflow does not pass the sensor's own). A trigger's ``timeout`` event
+    ends in :meth:`timed_out`: a skip with ``soft_fail``, else a sensor timeout.
+    """
+
+    deferrable: bool
+
+    def trigger(self, context: Context, timeout_at_ms: int) -> BaseTrigger:
+        raise NotImplementedError
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:  # type: ignore[union-attr]
+            return first.xcom_value  # type: ignore[union-attr]
+        self.defer(
+            trigger=self.trigger(context, int((time.time() + self.timeout) * 1000)),
+            method_name="execute_complete",
+            timeout=dt.timedelta(seconds=self.timeout),
+        )
+
+    def timed_out(self, message: str) -> NoReturn:
+        if self.soft_fail:
+            raise AirflowSkipException(message)
+        raise AirflowSensorTimeout(message)
