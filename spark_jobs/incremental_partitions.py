@@ -59,6 +59,8 @@ from spark_jobs.common import (
 )
 
 PARTITION_COLUMNS = ("wm_partition", "wm_unit")
+LIST_FOLDERS_UP_TO = 64
+"""Up to this many work units, the job reads their output folders directly instead of listing the target."""
 WORK_UNITS_SCHEMA = StructType(
     [
         StructField("wm_partition", StringType(), False),
@@ -272,11 +274,27 @@ class Job:
             raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
         out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
         partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
-        if partial and path_exists(self.spark, self.args.target):
-            out = out.unionByName(self._kept_rows(partial, out.columns))
+        previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
+        if previous is not None:
+            out = out.unionByName(self._kept_rows(previous, partial, out.columns))
         return out
 
-    def _kept_rows(self, partial: list[dict[str, Any]], columns: list[str]) -> DataFrame:
+    def _unit_outputs(self, keys: set[tuple[str, str]]) -> DataFrame | None:
+        """The target's current output of these work units (None when there is none). For a few units only
+        their folders are listed: the target grows by a folder per work unit, and listing all of it would
+        cost more than a small run's work."""
+        if not path_exists(self.spark, self.args.target):
+            return None
+        if len(keys) > LIST_FOLDERS_UP_TO:
+            partitions = sorted({partition for partition, _ in keys})
+            return self.spark.read.parquet(self.args.target).where(F.col("wm_partition").isin(partitions))
+        folders = [f"{self.args.target}/wm_partition={p}/wm_unit={u}" for p, u in sorted(keys)]
+        existing = [folder for folder in folders if path_exists(self.spark, folder)]
+        if not existing:
+            return None
+        return self.spark.read.option("basePath", self.args.target).parquet(*existing)
+
+    def _kept_rows(self, previous: DataFrame, partial: list[dict[str, Any]], columns: list[str]) -> DataFrame:
         """Earlier output of partially re-executed units, before their range start (kept, not re-read)."""
         if self.args.time_column not in columns:
             raise ValueError(
@@ -284,7 +302,6 @@ class Job:
                 f"transformation's output must keep time_column={self.args.time_column!r} to keep their "
                 f"earlier rows; it has {columns}"
             )
-        previous = self.spark.read.parquet(self.args.target)
         ranges = self._work_units_frame(partial).select(*PARTITION_COLUMNS, "range_start_ms")
         kept_time = parse_time(
             previous[self.args.time_column], previous.schema[self.args.time_column].dataType, self.args.time_column
@@ -301,10 +318,11 @@ class Job:
         """Write ``units`` (dynamic overwrite); returns rows written per unit, removing stale outputs."""
         self._output(units).write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
         keys = {work_unit_key(u) for u in units}
+        outputs = self._unit_outputs(keys)
         written = (
-            self.spark.read.parquet(self.args.target)
-            .where(F.col("wm_partition").isin(sorted({k[0] for k in keys})))
-            .where(F.col("wm_write_id") == self.write_id)
+            []
+            if outputs is None
+            else outputs.where(F.col("wm_write_id") == self.write_id)
             .groupBy(*PARTITION_COLUMNS)
             .count()
             .collect()  # one row per work unit of the batch: small
