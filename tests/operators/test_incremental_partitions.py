@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -171,6 +172,26 @@ def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_ne
     assert [e["version"] for e in extras] == [1, 2]
     assert extras[-1]["high_watermark"].startswith("2026-01-07")
 
+    from airflow.models.asset_state_store import AssetStateStoreModel
+
+    with create_session() as session:
+        row = (
+            session.query(AssetStateStoreModel)
+            .join(AssetModel, AssetStateStoreModel.asset_id == AssetModel.id)
+            .filter(AssetModel.name == "orders_daily_test", AssetStateStoreModel.key == "partition_state")
+            .one()
+        )
+        mirrored = json.loads(row.value)
+    assert mirrored == committed("p_two")
+
+    # without its Variable, the pipeline starts from the asset state store's copy (not from scratch)
+    Variable.delete(pipeline_variable_key("p_two"))
+    planner = pipeline_dag(tmp_path, "p_two", units=["eu", "us"], asset=asset, dry_run=True)
+    run3, states = run_dag(planner, JAN_6 + timedelta(days=2))
+    assert states == {"orders": "success"}
+    executes = [row[0] for row in xcom(run3, "orders")["plan"] if row[1] == "executes"]
+    assert executes == ["2026-01-06..2026-01-07", "2026-01-07..2026-01-08"] * 2
+
 
 @pytest.mark.slow
 def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only_that_unit(
@@ -190,8 +211,6 @@ def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only
     run, states = run_dag(pipeline_dag(tmp_path, "p_retry", retries=1, retry_delay=timedelta(seconds=0)), JAN_6)
     assert states == {"orders": "success"}
     run_dir = next((tmp_path / "store" / "pipelines" / "p_retry" / "runs").iterdir())
-    import json
-
     second = json.loads((run_dir / "attempt-2" / "plan.json").read_text())
     assert [(u["partition_start"], u["unit"]) for u in second["work_units"]] == [(iso_ms("2026-01-03"), "us")]
     state = PartitionState.from_json(committed("p_retry")["state"])
