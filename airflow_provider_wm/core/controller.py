@@ -21,6 +21,9 @@ Rules, in the order a round applies them:
    set of segments of the marks at that time, each at the highest offset any accepted mark of the round
    reported for it. Within one round, marks are not validated against each other: nothing is stored
    between them.
+   Sequenced marks (``origin_id, seq, chunk, last_chunk``) first pass the gap-free progress rules of
+   :mod:`airflow_provider_wm.core.progress`: only complete sequences continuing their origin's gap-free
+   prefix take effect, each as one mark; the rest wait in the state (``StreamState.origins``).
 5. **Shutdown.** A ``shutdown`` mark stops the writer if it is the writer's last event of the round (by
    ``reported_at_ms``; a shutdown wins a tie). A later accepted mark revives it. A shutdown of a writer
    the controller does not know is rejected ``UNKNOWN_WRITER``.
@@ -49,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from airflow_provider_wm.core.progress import MAX_CHUNKS, Chunk, OriginState, advance
 from airflow_provider_wm.core.segments import Segment, StreamCut, stream_cut
 
 __all__ = [
@@ -99,6 +103,13 @@ class Quarantine(StrEnum):
     MISSING_POSITION = "MISSING_POSITION"
     NEGATIVE_OFFSET = "NEGATIVE_OFFSET"
     UNKNOWN_SEGMENT = "UNKNOWN_SEGMENT"
+    INVALID_SEQUENCE = "INVALID_SEQUENCE"
+    # decided against the origin's state (core.progress), after the row-local checks above
+    SEQUENCE_ALREADY_COMMITTED = "SEQUENCE_ALREADY_COMMITTED"
+    SEQUENCE_TOO_FAR_AHEAD = "SEQUENCE_TOO_FAR_AHEAD"
+    DUPLICATE_CHUNK = "DUPLICATE_CHUNK"
+    DUPLICATE_LAST_CHUNK = "DUPLICATE_LAST_CHUNK"
+    CHUNK_AFTER_LAST = "CHUNK_AFTER_LAST"
 
 
 class Rejection(StrEnum):
@@ -127,11 +138,22 @@ class WriterMark:
     position: Mapping[int, int | None] | None
     kind: str | None
     reported_at_ms: int | None
+    origin_id: str | None = None
+    seq: int | None = None
+    chunk: int | None = None
+    last_chunk: bool | None = None
 
     @property
     def is_value(self) -> bool:
         """Notes and commits carry a time and a position; shutdowns do not."""
         return self.kind in (MarkKind.NOTE, MarkKind.COMMIT)
+
+    @property
+    def is_sequenced(self) -> bool:
+        """A note or commit with any of the progress fields set (shutdowns ignore them)."""
+        return self.is_value and (
+            self.origin_id is not None or self.seq is not None or self.chunk is not None or self.last_chunk is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -156,6 +178,8 @@ class StreamState:
     first_mark_at_ms: int | None = None
     watermark: Watermark | None = None
     writers: Mapping[str, WriterState] = field(default_factory=dict)
+    #: per (writer_id, origin_id or ""): the committed sequence and the chunks waiting behind a gap
+    origins: Mapping[tuple[str, str], OriginState] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,6 +218,7 @@ class StreamReport:
     waiting_for: tuple[str, ...] = ()
     watermark: Watermark | None = None
     cut_complete: bool = True
+    pending_sequences: int = 0
 
 
 @dataclass(frozen=True)
@@ -243,6 +268,14 @@ def _quarantine_reason(mark: WriterMark, segments: Mapping[int, Segment]) -> Qua
         return Quarantine.NEGATIVE_OFFSET
     if any(seg not in segments for seg in mark.position):
         return Quarantine.UNKNOWN_SEGMENT
+    if mark.is_sequenced and (
+        mark.seq is None
+        or mark.seq < 1
+        or mark.chunk is None
+        or not 1 <= mark.chunk <= MAX_CHUNKS
+        or mark.last_chunk is None
+    ):
+        return Quarantine.INVALID_SEQUENCE
     return None
 
 
@@ -347,6 +380,7 @@ def run_round(
     quarantined: list[tuple[WriterMark, Quarantine]] = []
     rejected: list[tuple[WriterMark, Rejection]] = []
     per_writer: dict[str, dict[str, _WriterRound]] = defaultdict(lambda: defaultdict(_WriterRound))
+    sequenced: dict[str, dict[tuple[str, str], list[WriterMark]]] = defaultdict(lambda: defaultdict(list))
     deferred = 0
     for mark in marks:
         if not in_round(mark.reported_at_ms, state.processed_until_ms, now_ms):
@@ -357,13 +391,23 @@ def run_round(
             quarantined.append((mark, reason))
             continue
         assert mark.stream is not None and mark.writer_id is not None
+        if mark.is_sequenced:
+            sequenced[mark.stream][(mark.writer_id, mark.origin_id or "")].append(mark)
+            continue
         bucket = per_writer[mark.stream][mark.writer_id]
         (bucket.accepted if mark.is_value else bucket.shutdowns).append(mark)
+    origins_after = {
+        stream: _advance_origins(
+            stream, state.streams.get(stream, StreamState()).origins, by_origin, per_writer, quarantined
+        )
+        for stream, by_origin in sequenced.items()
+    }
 
     new_streams: dict[str, StreamState] = dict(state.streams)
     reports: dict[str, StreamReport] = {}
     quarantined_streams = {m.stream for m, r in quarantined if r is not Quarantine.INVALID_STREAM}
-    for stream in sorted(set(state.streams) | set(per_writer) | {s for s in quarantined_streams if s}):
+    streams = set(state.streams) | set(per_writer) | set(sequenced) | {s for s in quarantined_streams if s}
+    for stream in sorted(streams):
         previous = state.streams.get(stream, StreamState())
         stream_rejected: list[tuple[WriterMark, Rejection]] = []
         writers: dict[str, WriterState] = dict(previous.writers)
@@ -380,12 +424,16 @@ def run_round(
                 first_mark = earliest if first_mark is None else min(first_mark, earliest)
         rejected.extend(stream_rejected)
         new_state, report = _emit(stream, previous, writers, first_mark, segments.get(stream, {}), now_ms, config)
+        origins = origins_after.get(stream, previous.origins)
+        new_state = replace(new_state, origins=origins)
         accepted_count = sum(len(w.accepted) for w in per_writer.get(stream, {}).values()) - sum(
             1 for m, _ in stream_rejected if m.is_value
         )
+        seen = set(per_writer.get(stream, {})) | {writer for writer, _ in sequenced.get(stream, {})}
         reports[stream] = replace(
             report,
-            writers_seen=len(per_writer.get(stream, {})),
+            writers_seen=len(seen),
+            pending_sequences=sum(len({c.seq for c in o.pending}) for o in origins.values()),
             marks_accepted=accepted_count,
             rejected=_count(r for _, r in stream_rejected),
             quarantined=_count(r for m, r in quarantined if m.stream == stream),
@@ -402,6 +450,52 @@ def run_round(
         rejected=rejected,
         deferred_marks=deferred,
         late_marks=late,
+    )
+
+
+def _advance_origins(
+    stream: str,
+    before: Mapping[tuple[str, str], OriginState],
+    by_origin: Mapping[tuple[str, str], list[WriterMark]],
+    per_writer: dict[str, dict[str, _WriterRound]],
+    quarantined: list[tuple[WriterMark, Quarantine]],
+) -> dict[tuple[str, str], OriginState]:
+    """Gap-free progress per origin: released sequences become marks of their writer, bad ones quarantine."""
+    after = dict(before)
+    for (writer_id, origin_id), marks in sorted(by_origin.items()):
+        chunks = [_chunk(m) for m in marks]
+        step = advance(before.get((writer_id, origin_id), OriginState()), chunks)
+        after[(writer_id, origin_id)] = step.state
+        for chunk, reason in step.quarantined:
+            quarantined.append((_chunk_mark(stream, writer_id, origin_id, chunk), Quarantine(reason)))
+        for released in step.released:
+            mark = WriterMark(
+                stream, writer_id, released.time_ms, released.position, released.kind, released.reported_at_ms
+            )
+            per_writer[stream][writer_id].accepted.append(mark)
+    return after
+
+
+def _chunk(mark: WriterMark) -> Chunk:
+    assert mark.seq is not None and mark.chunk is not None and mark.time_ms is not None
+    assert mark.reported_at_ms is not None and mark.kind is not None
+    return Chunk(
+        mark.seq, mark.chunk, bool(mark.last_chunk), mark.time_ms, _offsets(mark), mark.reported_at_ms, mark.kind
+    )
+
+
+def _chunk_mark(stream: str, writer_id: str, origin_id: str, chunk: Chunk) -> WriterMark:
+    return WriterMark(
+        stream,
+        writer_id,
+        chunk.time_ms,
+        dict(chunk.position),
+        chunk.kind,
+        chunk.reported_at_ms,
+        origin_id or None,
+        chunk.seq,
+        chunk.chunk,
+        chunk.last_chunk,
     )
 
 
