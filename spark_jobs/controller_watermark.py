@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -52,10 +52,13 @@ from airflow_provider_wm.core.controller import (
     Rejection,
     StreamStatus,
 )
+from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from airflow_provider_wm.core.segments import Segment, complete_cut
 from spark_jobs.common import (
     MANIFEST_NAME,
+    empty_frame,
     get_session,
+    path_exists,
     read_parquet_or_empty,
     write_manifest_after,
 )
@@ -70,8 +73,14 @@ MARKS_SCHEMA = StructType(
         StructField("position", POSITION),
         StructField("kind", StringType()),
         StructField("reported_at_ms", LongType()),
+        # optional (gap-free progress): absent columns read as nulls
+        StructField("origin_id", StringType()),
+        StructField("seq", LongType()),
+        StructField("chunk", LongType()),
+        StructField("last_chunk", BooleanType()),
     ]
 )
+PROGRESS_COLUMNS = ("origin_id", "seq", "chunk", "last_chunk")
 SEGMENTS_SCHEMA = StructType(
     [
         StructField("stream", StringType()),
@@ -98,6 +107,29 @@ STREAMS_STATE_SCHEMA = StructType(
         StructField("wm_upper_ms", LongType()),
         StructField("wm_cut", POSITION),
         StructField("wm_computed_at_ms", LongType()),
+    ]
+)
+
+ORIGINS_STATE_SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("writer_id", StringType()),
+        StructField("origin_id", StringType()),
+        StructField("committed_seq", LongType()),
+    ]
+)
+PENDING_STATE_SCHEMA = StructType(
+    [
+        StructField("stream", StringType()),
+        StructField("writer_id", StringType()),
+        StructField("origin_id", StringType()),
+        StructField("seq", LongType()),
+        StructField("chunk", LongType()),
+        StructField("last_chunk", BooleanType()),
+        StructField("time_ms", LongType()),
+        StructField("position", POSITION),
+        StructField("reported_at_ms", LongType()),
+        StructField("kind", StringType()),
     ]
 )
 
@@ -131,6 +163,16 @@ class RoundArgs:
 
 
 def read_marks(spark: SparkSession, path: str) -> DataFrame:
+    """The marks with ``MARKS_SCHEMA``'s columns; the optional progress columns are null when absent."""
+    if path_exists(spark, path):
+        present = spark.read.parquet(path).columns
+        missing = [c for c in PROGRESS_COLUMNS if c not in present]
+        if missing:
+            required = StructType([f for f in MARKS_SCHEMA.fields if f.name not in missing])
+            marks = read_parquet_or_empty(spark, path, required)
+            for name in missing:
+                marks = marks.withColumn(name, F.lit(None).cast(MARKS_SCHEMA[name].dataType))
+            return marks.select(*MARKS_SCHEMA.fieldNames())
     return read_parquet_or_empty(spark, path, MARKS_SCHEMA)
 
 
@@ -219,12 +261,18 @@ def count_late_marks(marks: DataFrame, args: RoundArgs) -> tuple[int, int]:
     return late, int(row["total"])
 
 
+def in_round_condition(now_ms: int, processed_until_ms: int | None) -> Column:
+    """``core.controller.in_round``: ``processed_until < reported_at <= now``, or no report time."""
+    reported = F.col("reported_at_ms")
+    after_previous = F.lit(True) if processed_until_ms is None else reported > F.lit(processed_until_ms)
+    return reported.isNull() | ((reported <= F.lit(now_ms)) & after_previous)
+
+
 def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> DataFrame:
     """Marks of this round (and deferred ones) with a ``tag``: a cheap row-local quarantine reason, VALUE,
     SHUTDOWN, or DEFERRED for marks reported after ``now_ms`` (they wait for a later round)."""
     reported = F.col("reported_at_ms")
-    after_previous = F.lit(True) if processed_until_ms is None else reported > F.lit(processed_until_ms)
-    in_round = reported.isNull() | ((reported <= F.lit(now_ms)) & after_previous)
+    in_round = in_round_condition(now_ms, processed_until_ms)
     deferred = reported > F.lit(now_ms)
     kind_tag = F.when(F.col("kind") == MarkKind.SHUTDOWN.value, SHUTDOWN).otherwise(VALUE)
     tag = F.when(deferred, DEFERRED).otherwise(F.coalesce(_row_local_reason(cheap_only=True), kind_tag))
@@ -335,6 +383,183 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
     )
 
 
+# ---------------------------------------------------------------------------------- gap-free progress
+
+ORIGIN_KEYS = ["stream", "writer_id", "origin_id"]
+
+
+def is_sequenced() -> Column:
+    """A note or commit with any progress column set (``core.controller.WriterMark.is_sequenced``)."""
+    return F.col("kind").isin(*VALUE_KINDS) & (
+        F.col("origin_id").isNotNull()
+        | F.col("seq").isNotNull()
+        | F.col("chunk").isNotNull()
+        | F.col("last_chunk").isNotNull()
+    )
+
+
+@dataclass(frozen=True)
+class _Progress:
+    released: DataFrame  # one mark (MARKS_SCHEMA, progress columns null) per released sequence
+    bad: DataFrame  # quarantined sequenced marks: MARKS_SCHEMA + reason
+    seen: DataFrame  # (stream, writer_id) of writers with a sane sequenced mark in the round
+    origins: DataFrame  # next ORIGINS_STATE_SCHEMA
+    pending: DataFrame  # next PENDING_STATE_SCHEMA
+
+
+def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> _Progress:
+    """``core.progress.advance`` for every origin with marks in the round, as window functions.
+
+    Arrival order is (pending first, report time, chunk, time); the first of duplicates is kept. The
+    sequenced marks of a round are usually few (they are out-of-order arrivals' bookkeeping), so the frame
+    is checkpointed once and read by every output below.
+    """
+    known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
+    unknown_segment = (
+        F.size(
+            F.array_except(F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType()))))
+        )
+        > 0
+    )
+    invalid_sequence = (
+        F.col("seq").isNull()
+        | (F.col("seq") < 1)
+        | F.col("chunk").isNull()
+        | (F.col("chunk") < 1)
+        | (F.col("chunk") > MAX_CHUNKS)
+        | F.col("last_chunk").isNull()
+    )
+    row_local = _row_local_reason()
+    local_reason = (
+        F.when(row_local.isNotNull(), row_local)
+        .when(unknown_segment, Quarantine.UNKNOWN_SEGMENT.value)
+        .when(invalid_sequence, Quarantine.INVALID_SEQUENCE.value)
+    )
+    checked = (
+        sequenced.join(F.broadcast(known), "stream", "left")
+        .withColumn("reason", local_reason)
+        .drop("known_segments")
+        .withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
+        .localCheckpoint()
+    )
+    marks_columns = MARKS_SCHEMA.fieldNames()
+    locally_bad = checked.where(F.col("reason").isNotNull())
+    sane = checked.where(F.col("reason").isNull()).drop("reason")
+    touched = sane.select(*ORIGIN_KEYS).distinct()
+    committed = origins0.select(*ORIGIN_KEYS, "committed_seq")
+    new = (
+        sane.join(F.broadcast(committed), ORIGIN_KEYS, "left")
+        .withColumn("committed_seq", F.coalesce("committed_seq", F.lit(0).cast(LongType())))
+        .withColumn(
+            "reason",
+            F.when(F.col("seq") <= F.col("committed_seq"), Quarantine.SEQUENCE_ALREADY_COMMITTED.value).when(
+                F.col("seq") > F.col("committed_seq") + F.lit(MAX_PENDING_SEQUENCES),
+                Quarantine.SEQUENCE_TOO_FAR_AHEAD.value,
+            ),
+        )
+        .withColumn("is_new", F.lit(1))
+    )
+    old = (
+        pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_semi")
+        .join(F.broadcast(committed), ORIGIN_KEYS, "left")
+        .withColumn("committed_seq", F.coalesce("committed_seq", F.lit(0).cast(LongType())))
+        .withColumn("reason", F.lit(None).cast(StringType()))
+        .withColumn("is_new", F.lit(0))
+    )
+    columns = [*PENDING_STATE_SCHEMA.fieldNames(), "committed_seq", "reason", "is_new"]
+    arrived = old.select(*columns).unionByName(new.where(F.col("reason").isNull()).select(*columns))
+    order = [F.col("is_new"), F.col("reported_at_ms"), F.col("chunk"), F.col("time_ms")]
+    by_chunk = Window.partitionBy(*ORIGIN_KEYS, "seq", "chunk").orderBy(*order)
+    by_last = Window.partitionBy(*ORIGIN_KEYS, "seq", "last_chunk").orderBy(*order)
+    by_seq = Window.partitionBy(*ORIGIN_KEYS, "seq")
+    deduped = arrived.withColumn("dup", F.row_number().over(by_chunk) > 1)
+    first = deduped.where(~F.col("dup"))
+    lasts = first.withColumn("extra_last", F.col("last_chunk") & (F.row_number().over(by_last) > 1))
+    kept_last = lasts.withColumn(
+        "last_number", F.max(F.when(F.col("last_chunk") & ~F.col("extra_last"), F.col("chunk"))).over(by_seq)
+    )
+    decided = (
+        deduped.where(F.col("dup"))
+        .withColumn("reason", F.lit(Quarantine.DUPLICATE_CHUNK.value))
+        .withColumn("extra_last", F.lit(False))
+        .withColumn("last_number", F.lit(None).cast(LongType()))
+        .unionByName(
+            kept_last.withColumn(
+                "reason",
+                F.when(F.col("extra_last"), Quarantine.DUPLICATE_LAST_CHUNK.value).when(
+                    ~F.col("last_chunk") & (F.col("chunk") > F.col("last_number")), Quarantine.CHUNK_AFTER_LAST.value
+                ),
+            )
+        )
+        .drop("dup")
+        .localCheckpoint()
+    )
+    survivors = decided.where(F.col("reason").isNull())
+    sequences = survivors.groupBy(*ORIGIN_KEYS, "seq", "committed_seq").agg(
+        F.count("*").alias("chunks"), F.max("last_number").alias("last_number")
+    )
+    complete = sequences.where(F.col("last_number").isNotNull() & (F.col("chunks") == F.col("last_number")))
+    in_prefix = F.col("seq") - F.row_number().over(Window.partitionBy(*ORIGIN_KEYS).orderBy("seq"))
+    released_seqs = (
+        complete.withColumn("gap", in_prefix).where(F.col("gap") == F.col("committed_seq")).select(*ORIGIN_KEYS, "seq")
+    )
+    released_rows = survivors.join(released_seqs, [*ORIGIN_KEYS, "seq"], "left_semi")
+    per_segment = (
+        released_rows.select(*ORIGIN_KEYS, "seq", F.explode("position").alias("segment_id", "offset"))
+        .groupBy(*ORIGIN_KEYS, "seq", "segment_id")
+        .agg(F.max("offset").alias("offset"))
+        .groupBy(*ORIGIN_KEYS, "seq")
+        .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("merged"))
+    )
+    released = (
+        released_rows.groupBy(*ORIGIN_KEYS, "seq")
+        .agg(
+            F.max("time_ms").alias("time_ms"),
+            F.max("reported_at_ms").alias("reported_at_ms"),
+            F.max((F.col("kind") == MarkKind.COMMIT.value).cast("int")).alias("has_commit"),
+        )
+        .join(per_segment, [*ORIGIN_KEYS, "seq"], "left")
+        .select(
+            "stream",
+            "writer_id",
+            "time_ms",
+            F.coalesce("merged", F.create_map().cast(POSITION)).alias("position"),
+            F.when(F.col("has_commit") == 1, MarkKind.COMMIT.value).otherwise(MarkKind.NOTE.value).alias("kind"),
+            "reported_at_ms",
+            *[F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS],
+        )
+    )
+    released_counts = released_seqs.groupBy(*ORIGIN_KEYS).agg(F.count("*").alias("released"))
+    origins = (
+        origins0.join(released_counts, ORIGIN_KEYS, "full")
+        .select(
+            *ORIGIN_KEYS,
+            (F.coalesce("committed_seq", F.lit(0)) + F.coalesce("released", F.lit(0)))
+            .cast(LongType())
+            .alias("committed_seq"),
+        )
+        .where(F.col("committed_seq") > 0)
+    )
+    pending = (
+        pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_anti")
+        .select(*PENDING_STATE_SCHEMA.fieldNames())
+        .unionByName(
+            survivors.join(released_seqs, [*ORIGIN_KEYS, "seq"], "left_anti").select(*PENDING_STATE_SCHEMA.fieldNames())
+        )
+    )
+    as_mark: list[Column | str] = [
+        *[c for c in marks_columns if c != "origin_id"],
+        F.when(F.col("origin_id") != "", F.col("origin_id")).alias("origin_id"),
+        "reason",
+    ]
+    bad = (
+        locally_bad.select(*as_mark)
+        .unionByName(new.where(F.col("reason").isNotNull()).select(*as_mark))
+        .unionByName(decided.where(F.col("reason").isNotNull()).select(*as_mark))
+    )
+    return _Progress(released, bad, touched.select("stream", "writer_id"), origins, pending)
+
+
 # ------------------------------------------------------------------------------------------ stream cut
 
 
@@ -391,8 +616,11 @@ def accept_marks(
     writers0: DataFrame,
     segments: DataFrame,
     quarantine_path: str,
+    progress: _Progress,
 ) -> _Accepted:
-    """Fast path for writers whose sane marks are all accepted; exact path (second scan) for the rest."""
+    """Fast path for writers whose sane marks are all accepted; exact path (second scan) for the rest.
+
+    The quarantine also receives the sequenced marks that gap-free progress found bad (one write)."""
     suspect_keys = find_suspects(groups, writers0, segments).collect()  # at most one row per writer
     invalid_streams = [
         r["stream"]
@@ -400,8 +628,14 @@ def accept_marks(
     ]  # distinct names that fail the pattern: few, and a name is checked once instead of once per mark
     row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
     accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
+    progress_bad = progress.bad.localCheckpoint()
+    progress_counts = progress_bad.groupBy("stream", "reason").count().collect()  # one row per stream and reason
     if not (suspect_keys or row_local_bad or invalid_streams):
-        return _Accepted(accepted, accepted.select(*KEYS), [])
+        if progress_counts:
+            progress_bad.select(
+                *MARKS_SCHEMA.fieldNames(), "reason", F.lit("quarantined").alias("category")
+            ).write.mode("overwrite").parquet(quarantine_path)
+        return _Accepted(accepted, accepted.select(*KEYS).union(progress.seen), progress_counts)
 
     suspects = spark.createDataFrame(suspect_keys, "stream string, writer_id string")
     flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left")
@@ -413,9 +647,9 @@ def accept_marks(
     bad = decided.where(F.col("reason").isNotNull())
     rejected = [r.value for r in Rejection]
     category = F.when(F.col("reason").isin(*rejected), "rejected").otherwise("quarantined")
-    bad.select(*MARKS_SCHEMA.fieldNames(), "reason", category.alias("category")).write.mode("overwrite").parquet(
-        quarantine_path
-    )
+    bad.select(*MARKS_SCHEMA.fieldNames(), "reason", category.alias("category")).unionByName(
+        progress_bad.select(*MARKS_SCHEMA.fieldNames(), "reason", F.lit("quarantined").alias("category"))
+    ).write.mode("overwrite").parquet(quarantine_path)
     accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
     groups_final = (
         accepted.where(~F.col("stream").isin(*invalid_streams))
@@ -423,9 +657,9 @@ def accept_marks(
         .unionByName(aggregate_marks(accepted_exact))
     )
     sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
-    seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS))
+    seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS)).union(progress.seen)
     reason_counts = bad.groupBy("stream", "reason").count().collect()  # one row per stream and reason
-    return _Accepted(groups_final, seen, reason_counts)
+    return _Accepted(groups_final, seen, [*reason_counts, *progress_counts])
 
 
 def next_writer_states(accepted: DataFrame, writers0: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -554,12 +788,29 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA)
     streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA)
 
+    origins0 = read_parquet_or_empty(spark, _join(args.state_in, "origins"), ORIGINS_STATE_SCHEMA)
+    pending0 = read_parquet_or_empty(spark, _join(args.state_in, "pending"), PENDING_STATE_SCHEMA)
+
     marks = read_marks(spark, args.marks_path)
     late, processed_marks = count_late_marks(marks, args)
-    tagged = tag_marks(marks, args.now_ms, args.processed_until_ms)
+    sequenced_now = F.coalesce(is_sequenced() & in_round_condition(args.now_ms, args.processed_until_ms), F.lit(False))
+    sequenced = marks.where(sequenced_now)
+    if sequenced.limit(1).count():  # reads only the progress columns: cheap when there are none
+        progress = advance_origins(sequenced, origins0, pending0, segments)
+    else:
+        progress = _Progress(
+            released=empty_frame(spark, MARKS_SCHEMA),
+            bad=empty_frame(spark, StructType([*MARKS_SCHEMA.fields, StructField("reason", StringType())])),
+            seen=empty_frame(spark, StructType(MARKS_SCHEMA.fields[:2])),
+            origins=origins0,
+            pending=pending0,
+        )
+    tagged = tag_marks(marks.where(~sequenced_now), args.now_ms, args.processed_until_ms).unionByName(
+        progress.released.withColumn("tag", F.lit(VALUE))
+    )
     groups = aggregate_marks(tagged).localCheckpoint()  # the one scan of the marks in the common case
     deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks")).first()
-    accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{args.round_out}/quarantine")
+    accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{args.round_out}/quarantine", progress)
     writers, per_writer = next_writer_states(accepted.groups, writers0)
     active = active_writers(writers, streams0, args.now_ms, args.writer_timeout_ms).localCheckpoint()
     decisions = stream_decisions(
@@ -594,6 +845,15 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     )
 
     active.select(*WRITERS_STATE_SCHEMA.fieldNames()).write.mode("overwrite").parquet(f"{args.state_out}/writers")
+    progress.origins.write.mode("overwrite").parquet(f"{args.state_out}/origins")
+    progress.pending.write.mode("overwrite").parquet(f"{args.state_out}/pending")
+    pending_sequences = {
+        r["stream"]: int(r["sequences"])
+        for r in spark.read.parquet(f"{args.state_out}/pending")
+        .groupBy("stream")
+        .agg(F.countDistinct(*ORIGIN_KEYS[1:], "seq").alias("sequences"))
+        .collect()  # one row per stream with waiting sequences
+    }
     result.select(
         "stream",
         F.col("first_mark").alias("first_mark_at_ms"),
@@ -605,6 +865,8 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     deferred_marks = int(deferred[0] or 0) if deferred else 0
     per_stream = result.collect()  # one row per stream, for the manifest
     manifest = _manifest(args, per_stream, accepted.reason_counts, deferred_marks, invalid_segments, started)
+    for stream, entry in manifest["streams"].items():
+        entry["pending_sequences"] = pending_sequences.get(stream, 0)
     manifest["processed_marks"] = processed_marks
     manifest["totals"]["late_marks"] = late
     return manifest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,12 @@ from airflow_provider_wm.core.controller import (
     WriterMark,
     WriterState,
 )
+from airflow_provider_wm.core.progress import Chunk, OriginState
 from airflow_provider_wm.core.segments import Segment
 from spark_jobs.controller_watermark import (
     MARKS_SCHEMA,
+    ORIGINS_STATE_SCHEMA,
+    PENDING_STATE_SCHEMA,
     SEGMENTS_SCHEMA,
     STREAMS_STATE_SCHEMA,
     WRITERS_STATE_SCHEMA,
@@ -49,6 +53,10 @@ def write_marks(spark: Any, marks: Iterable[WriterMark], path: Path) -> str:
             None if m.position is None else dict(m.position),
             m.kind,
             m.reported_at_ms,
+            m.origin_id,
+            m.seq,
+            m.chunk,
+            m.last_chunk,
         )
         for m in marks
     ]
@@ -83,6 +91,31 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
                 r["wm_computed_at_ms"],
             )
         streams[r["stream"]] = StreamState(r["first_mark_at_ms"], wm, writers.get(r["stream"], {}))
+    committed: dict[str, dict[tuple[str, str], int]] = {}
+    for r in spark.read.schema(ORIGINS_STATE_SCHEMA).parquet(f"{path}/origins").collect():
+        committed.setdefault(r["stream"], {})[(r["writer_id"], r["origin_id"])] = r["committed_seq"]
+    pending: dict[str, dict[tuple[str, str], list[Chunk]]] = {}
+    for r in spark.read.schema(PENDING_STATE_SCHEMA).parquet(f"{path}/pending").collect():
+        chunk = Chunk(
+            r["seq"],
+            r["chunk"],
+            r["last_chunk"],
+            r["time_ms"],
+            dict(r["position"] or {}),
+            r["reported_at_ms"],
+            r["kind"],
+        )
+        pending.setdefault(r["stream"], {}).setdefault((r["writer_id"], r["origin_id"]), []).append(chunk)
+    for stream in set(committed) | set(pending):
+        keys = set(committed.get(stream, {})) | set(pending.get(stream, {}))
+        origins = {
+            key: OriginState(
+                committed.get(stream, {}).get(key, 0),
+                tuple(sorted(pending.get(stream, {}).get(key, []), key=lambda c: (c.seq, c.chunk))),
+            )
+            for key in keys
+        }
+        streams[stream] = replace(streams.get(stream, StreamState()), origins=origins)
     return ControllerState(streams=streams, processed_until_ms=processed_until_ms, processed_marks=processed_marks)
 
 

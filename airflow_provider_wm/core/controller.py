@@ -465,7 +465,10 @@ def _advance_origins(
     for (writer_id, origin_id), marks in sorted(by_origin.items()):
         chunks = [_chunk(m) for m in marks]
         step = advance(before.get((writer_id, origin_id), OriginState()), chunks)
-        after[(writer_id, origin_id)] = step.state
+        if step.state == OriginState():  # nothing committed or waiting: same as never seen
+            after.pop((writer_id, origin_id), None)
+        else:
+            after[(writer_id, origin_id)] = step.state
         for chunk, reason in step.quarantined:
             quarantined.append((_chunk_mark(stream, writer_id, origin_id, chunk), Quarantine(reason)))
         for released in step.released:

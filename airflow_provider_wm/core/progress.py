@@ -85,7 +85,7 @@ class ReleasedSequence(NamedTuple):
 
 @dataclass(frozen=True)
 class OriginState:
-    """The highest released sequence (0: none yet) and the chunks waiting behind a gap, in arrival order."""
+    """The highest released sequence (0: none yet) and the chunks waiting behind a gap, by (seq, chunk)."""
 
     committed_seq: int = 0
     pending: tuple[Chunk, ...] = ()
@@ -153,8 +153,13 @@ def advance(state: OriginState, chunks: Iterable[Chunk]) -> Advance:
     committed = state.committed_seq + len(released_seqs)
     released_set = set(released_seqs)
     kept_ids = {id(c) for rows in kept.values() for c in rows}
-    pending = tuple(c for c in arrived if c.seq not in released_set and id(c) in kept_ids)
+    # waiting chunks never conflict with each other, so their order does not matter: kept canonical
+    pending = tuple(sorted((c for c in arrived if c.seq not in released_set and id(c) in kept_ids), key=_by_number))
     return Advance(OriginState(committed, pending), released, quarantined)
+
+
+def _by_number(chunk: Chunk) -> tuple[int, int]:
+    return chunk.seq, chunk.chunk
 
 
 def _is_complete(rows: Sequence[Chunk]) -> bool:

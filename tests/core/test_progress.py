@@ -145,4 +145,5 @@ def test_sequence_bad_rows_reach_the_controllers_quarantine():
 def test_a_stream_whose_only_marks_wait_behind_a_gap_keeps_them_in_its_state():
     result = run_round(ControllerState(), [seq_mark("w", 2, 200)], SEGS, 2_000, CONFIG)
     assert result.reports["s"].status is StreamStatus.NO_ACTIVE_WRITERS
-    assert result.state.streams["s"].origins[("w", "o")].committed_seq == 0
+    origin = result.state.streams["s"].origins[("w", "o")]
+    assert origin.committed_seq == 0 and [c.seq for c in origin.pending] == [2]
