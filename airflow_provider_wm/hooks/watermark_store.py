@@ -33,6 +33,8 @@ from typing import Any
 import fsspec
 
 from airflow_provider_wm.core.controller import is_valid_stream_name
+from airflow_provider_wm.core.reader import TimeWindow, Watermark, time_window
+from airflow_provider_wm.core.segments import Segment
 
 try:  # Airflow is present wherever the hook runs as a hook; the class also works without it.
     from airflow.sdk import BaseHook
@@ -143,6 +145,45 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
                 return dict(json.loads(handle.read().decode("utf-8")))
         except FileNotFoundError:
             return None
+
+    def read_time_window(
+        self,
+        stream: str,
+        position: Mapping[int, int] | Mapping[str, int],
+        segments: Mapping[int, Segment],
+        limit: int | None = None,
+    ) -> TimeWindow:
+        """The time window of a reader at ``position`` in ``stream`` (Pravega ``getCurrentTimeWindow``).
+
+        ``position`` is a stream cut (segment id -> offset, ``-1`` = end of segment; ids may be JSON strings),
+        ``segments`` the stream's segments by id. The window is computed by
+        :func:`airflow_provider_wm.core.reader.time_window` over the watermark log (the last ``limit``
+        entries when given: a position behind all of them then has no lower bound). Log records without a
+        stream cut say nothing about any position and are left out.
+        """
+        cut_of_position: dict[int, int] = {}
+        for key, offset in position.items():
+            try:
+                cut_of_position[int(key)] = offset
+            except (TypeError, ValueError):
+                raise ValueError(f"position has segment id {key!r}, which is not an integer") from None
+        watermarks: list[Watermark] = []
+        for record in self.read_history(stream, limit):
+            cut = record.get("stream_cut")
+            if cut is None:
+                continue
+            lower, upper = record.get("lower_ms"), record.get("upper_ms")
+            try:
+                parsed = {int(key): offset for key, offset in dict(cut).items()}
+                if not (isinstance(lower, int) and isinstance(upper, int)):
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"watermark log of stream {stream!r}: the record computed_at_ms={record.get('computed_at_ms')!r} "
+                    f"is not a watermark (lower_ms={lower!r}, upper_ms={upper!r}, stream_cut={cut!r})"
+                ) from None
+            watermarks.append(Watermark(parsed, lower, upper))
+        return time_window(cut_of_position, watermarks, segments)
 
     # ------------------------------------------------------------------------------------------ writes
 

@@ -102,3 +102,34 @@ def test_a_pipeline_name_cannot_leave_the_store(tmp_path):
         store.read_pipeline_state("../x")
     with pytest.raises(ValueError, match=r"pipeline='a/b'"):
         store.pipeline_url("a/b")
+
+
+def test_read_time_window_reads_the_log_of_a_real_store(tmp_path):
+    from airflow_provider_wm.core.reader import TimeWindow
+    from airflow_provider_wm.core.segments import Segment, segment_map
+
+    store = WatermarkStoreHook(str(tmp_path))
+    segments = segment_map([Segment(0, 0.0, 0.5), Segment(1, 0.5, 1.0)])
+    assert store.read_time_window("orders", {0: 1, 1: 0}, segments) == TimeWindow(None, None)
+    for cut, lower in (({"0": 0, "1": 0}, 10), ({"0": 2, "1": 0}, 20), ({"0": 2, "1": 2}, 30)):
+        store.publish(
+            {"stream": "orders", "lower_ms": lower, "upper_ms": lower + 9, "stream_cut": cut, "computed_at_ms": lower}
+        )
+    assert store.read_time_window("orders", {0: 1, 1: 0}, segments) == TimeWindow(10, 29)
+    assert store.read_time_window("orders", {"0": 2, "1": 1}, segments) == TimeWindow(20, 39)  # JSON keys too
+    assert store.read_time_window("orders", {0: 3, 1: 1}, segments) == TimeWindow(20, None)
+    assert store.read_time_window("orders", {0: 3, 1: 3}, segments) == TimeWindow(30, None)
+    # only the last watermark: a position behind it has an upper bound but no lower one
+    assert store.read_time_window("orders", {0: 1, 1: 0}, segments, limit=1) == TimeWindow(None, 39)
+    with pytest.raises(ValueError, match="position has unknown segment 7"):
+        store.read_time_window("orders", {0: 1, 7: 0}, segments)
+    with pytest.raises(ValueError, match="position has segment id 'x'"):
+        store.read_time_window("orders", {"x": 1}, segments)
+    with pytest.raises(ValueError, match="stream="):
+        store.read_time_window("../etc", {0: 1, 1: 0}, segments)
+    # a record without a stream cut says nothing about any position; a malformed one is named
+    store.publish({"stream": "other", "lower_ms": 5, "upper_ms": 6, "computed_at_ms": 5})
+    assert store.read_time_window("other", {0: 1, 1: 0}, segments) == TimeWindow(None, None)
+    store.publish({"stream": "other", "lower_ms": 7, "upper_ms": 8, "stream_cut": {"a": 1}, "computed_at_ms": 7})
+    with pytest.raises(ValueError, match="record computed_at_ms=7 is not a watermark"):
+        store.read_time_window("other", {0: 1, 1: 0}, segments)
