@@ -4,6 +4,8 @@ Layout under a base path (a local directory or any fsspec URL, e.g. ``s3://bucke
 
     streams/<stream>/latest.json              the newest watermark: one small file, read in O(1)
     streams/<stream>/log/<computed>-<lower>.json   append-only history, one file per watermark
+    streams/<stream>/keys/<key>/latest.json   the same for a keyed watermark (record ``wm_key``): each
+    streams/<stream>/keys/<key>/log/...       key of a stream is a separate, independent watermark
     controllers/<controller>/state/<round>/   controller state versions written by the Spark job
     controllers/<controller>/rounds/<round>/  each round's manifest and quarantine
     pipelines/<pipeline>/state.json           an incremental-partitions pipeline's committed state
@@ -12,11 +14,14 @@ Layout under a base path (a local directory or any fsspec URL, e.g. ``s3://bucke
     pipelines/<pipeline>/runs/<run>/          each run's plan, manifest and quarantine
 
 A watermark record is ``{stream, wm_key, lower_ms, upper_ms, stream_cut, computed_at_ms, run_id, ...}``.
+``wm_key`` is ``None`` (or absent) for the stream's one unkeyed watermark; a stream may also carry keyed
+watermarks (Jet's keyed watermarks: one per watermarked field), each stored and ordered on its own.
 
-Writes are monotone: :meth:`WatermarkStoreHook.publish` never writes a watermark whose ``lower_ms`` is not
-higher than the latest one; it logs and ignores it. On a local file system the read-compare-write runs
-under an exclusive file lock, so two concurrent publishers cannot regress ``latest``. Object stores have no
-locks: there the operator's one-run-at-a-time rule is what keeps writers from racing.
+Writes are monotone per stream and key: :meth:`WatermarkStoreHook.publish` never writes a watermark whose
+``lower_ms`` is not higher than the latest one of the same stream and key; it logs and ignores it. On a
+local file system the read-compare-write runs under an exclusive file lock (one per stream), so two
+concurrent publishers cannot regress ``latest``. Object stores have no locks: there the operator's
+one-run-at-a-time rule is what keeps writers from racing.
 """
 
 from __future__ import annotations
@@ -105,6 +110,13 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
     def stream_path(self, stream: str, *parts: str) -> str:
         return self._path("streams", validate_name(stream, "stream"), *parts)
 
+    def watermark_path(self, stream: str, wm_key: str | None, *parts: str) -> str:
+        """Where the watermark of ``stream`` and ``wm_key`` lives: the stream's own directory for the
+        unkeyed watermark (``wm_key=None``), ``streams/<stream>/keys/<wm_key>/`` for a keyed one."""
+        if wm_key is None:
+            return self.stream_path(stream, *parts)
+        return self.stream_path(stream, "keys", validate_name(wm_key, "wm_key"), *parts)
+
     def controller_url(self, controller: str, *parts: str) -> str:
         return self.url("controllers", validate_name(controller, "controller"), *parts)
 
@@ -113,13 +125,15 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
 
     # ------------------------------------------------------------------------------------------- reads
 
-    def read_latest(self, stream: str) -> dict[str, Any] | None:
-        """The newest watermark of ``stream`` (one small read), or ``None`` before the first one."""
-        return self._read_json(self.stream_path(stream, "latest.json"))
+    def read_latest(self, stream: str, wm_key: str | None = None) -> dict[str, Any] | None:
+        """The newest watermark of ``stream`` (of its key ``wm_key`` when given; one small read), or ``None``
+        before the first one."""
+        return self._read_json(self.watermark_path(stream, wm_key, "latest.json"))
 
-    def read_history(self, stream: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """The stream's watermark log, oldest first; the last ``limit`` entries when given."""
-        log_dir = self.stream_path(stream, "log")
+    def read_history(self, stream: str, limit: int | None = None, wm_key: str | None = None) -> list[dict[str, Any]]:
+        """The watermark log of ``stream`` (of its key ``wm_key`` when given), oldest first; the last
+        ``limit`` entries when given."""
+        log_dir = self.watermark_path(stream, wm_key, "log")
         if not self.fs.exists(log_dir):
             return []
         names = sorted(p for p in self.fs.ls(log_dir, detail=False) if str(p).endswith(".json"))
@@ -190,28 +204,35 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
     def publish(self, record: Mapping[str, Any]) -> bool:
         """Monotone write of a watermark: append it to the log and make it ``latest``.
 
-        Returns False (and logs) when ``record.lower_ms`` is not above the latest lower bound: a watermark
-        never goes backwards. Publishing the same record twice is harmless (same log file name).
+        Returns False (and logs) when ``record.lower_ms`` is not above the latest lower bound of the same
+        stream and key: a watermark never goes backwards. A record with a non-null ``wm_key`` (validated
+        like a name) is a keyed watermark: it is ordered against that key's watermarks only and written
+        under ``streams/<stream>/keys/<wm_key>/``; without one, the stream's own files are used. Publishing
+        the same record twice is harmless (same log file name).
         """
         stream = validate_name(record.get("stream"), "record['stream']")
+        wm_key = record.get("wm_key")
+        if wm_key is not None:
+            validate_name(wm_key, "record['wm_key']")
         lower = record.get("lower_ms")
         if not isinstance(lower, int):
             raise ValueError(f"record['lower_ms'] must be an int of epoch milliseconds, got {lower!r}")
+        what = f"stream {stream}" if wm_key is None else f"stream {stream} key {wm_key}"
         payload = {**record, "published_at_ms": int(time.time() * 1000)}
         with self._stream_lock(stream):
-            latest = self.read_latest(stream)
+            latest = self.read_latest(stream, wm_key)
             if latest is not None and lower <= int(latest["lower_ms"]):
                 log.warning(
-                    "Watermark of stream %s not written: lower_ms=%s is not above the latest %s",
-                    stream,
+                    "Watermark of %s not written: lower_ms=%s is not above the latest %s",
+                    what,
                     lower,
                     latest["lower_ms"],
                 )
                 return False
             name = f"{int(record.get('computed_at_ms', 0)):015d}-{lower:015d}.json"
-            self._write_atomic(self.stream_path(stream, "log", name), payload)
-            self._write_atomic(self.stream_path(stream, "latest.json"), payload)
-        log.info("Published watermark of stream %s: lower_ms=%s", stream, lower)
+            self._write_atomic(self.watermark_path(stream, wm_key, "log", name), payload)
+            self._write_atomic(self.watermark_path(stream, wm_key, "latest.json"), payload)
+        log.info("Published watermark of %s: lower_ms=%s", what, lower)
         return True
 
     def write_pipeline_state(self, pipeline: str, document: Mapping[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""StreamWatermarkSensor: wait until a stream's watermark passes a threshold (the interval end)."""
+"""StreamWatermarkSensor: wait until a stream's watermark, or the coalesced watermark of several streams,
+passes a threshold (the interval end)."""
 
 from __future__ import annotations
 
@@ -8,86 +9,180 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue, conf
 
+from airflow_provider_wm.core.coalescing import AllIdlePolicy
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
-from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
-from airflow_provider_wm.triggers.watermark import WatermarkTrigger
+from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
+from airflow_provider_wm.triggers.watermark import (
+    Input,
+    WatermarkCheck,
+    WatermarkTrigger,
+    check_policy,
+    check_watermarks,
+    describe_check,
+    input_label,
+    parse_inputs,
+)
 
 __all__ = ["StreamWatermarkSensor"]
 
 
 class StreamWatermarkSensor(DeferrableStoreSensor):
-    """Wait until ``stream``'s watermark (its lower bound) is at or past ``threshold``.
+    """Wait until ``stream``'s watermark (its lower bound), or the watermark coalesced from ``streams``, is
+    at or past ``threshold``.
 
     A watermark W means every event with time < W has arrived, so waiting for W >= the run's
-    ``data_interval_end`` waits for the whole interval's data. Each poke reads one small record.
+    ``data_interval_end`` waits for the whole interval's data. Each poke reads one small record per stream.
+
+    Several streams (Jet's watermark coalescing, :mod:`airflow_provider_wm.core.coalescing`): the
+    coalesced watermark is the minimum over the streams that are not idle, so the sensor waits for the
+    slowest one. A stream without any watermark yet holds it back. With ``idle_timeout``, a stream whose
+    latest watermark was computed (the record's ``computed_at_ms``: when it last advanced) at least
+    ``idle_timeout`` before the threshold time (the run's logical interval end) is idle: it is left out
+    until it publishes a newer watermark, which brings it back in (and holds the output back again when it
+    is behind). When every stream is idle, ``when_all_idle`` decides:
+
+    - ``"wait"`` (default): keep waiting until a stream advances, and time out like any sensor. Safe: a
+      pipeline whose inputs have all gone quiet does not start on stale data.
+    - ``"highest"``: use the highest watermark observed on any stream (Jet's behaviour).
 
     Modes: ``poke`` and ``reschedule`` poll from the worker; ``deferrable=True`` (default from
     ``[operators] default_deferrable``) hands the waiting to :class:`WatermarkTrigger` in the triggerer
-    and honours ``timeout`` and ``soft_fail`` there too. The sensor returns the watermark record it saw
-    (XCom).
+    and honours ``timeout`` and ``soft_fail`` there too.
 
-    :param stream: the stream to wait for. Templated.
+    Result (XCom): with one ``stream`` and no ``idle_timeout``, the watermark record it saw. Otherwise
+    ``{"watermark_ms", "threshold_ms", "all_idle", "idle": [inputs], "streams": {input: {"lower_ms",
+    "last_advanced_ms", "idle"}}}``: why the run started, per input (the poke log line shows the same).
+
+    :param stream: the one stream to wait for. Templated. Exactly one of ``stream`` and ``streams``.
+    :param streams: the streams to wait for, each ``"name"`` or ``"name:key"`` (``key``: the ``wm_key`` of
+        a keyed watermark of the stream). Templated.
     :param store_path: base path or fsspec URL of the watermark store. Templated.
     :param threshold: ISO-8601 time, datetime or epoch ms; default the run's ``data_interval_end``.
         Templated.
+    :param idle_timeout: how long a stream's watermark may stay put before the stream is idle: a
+        ``timedelta``, seconds or ISO-8601 (``PT30M``). Default: no stream is ever idle.
+    :param when_all_idle: ``"wait"`` (default) or ``"highest"``, see above.
     :param storage_options: fsspec options of a remote store.
     """
 
-    template_fields: Sequence[str] = ("stream", "store_path", "threshold")
+    template_fields: Sequence[str] = ("stream", "streams", "store_path", "threshold")
     ui_color = "#fdf2e8"
 
     def __init__(
         self,
         *,
-        stream: str,
+        stream: str | None = None,
+        streams: Sequence[str] | None = None,
         store_path: str,
         threshold: str | int | dt.datetime = "{{ data_interval_end }}",
+        idle_timeout: dt.timedelta | float | str | None = None,
+        when_all_idle: AllIdlePolicy = "wait",
         storage_options: dict[str, Any] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not is_templated(stream):
+        if (stream is None) == (streams is None):
+            raise ValueError(
+                f"pass exactly one of stream= (one stream) and streams= (several), "
+                f"got stream={stream!r} and streams={streams!r}"
+            )
+        if stream is not None and not is_templated(stream):
             validate_name(stream, "stream")
+        if streams is not None and not is_templated(streams):
+            parse_inputs(streams, "streams", allow_templated=True)
+            streams = list(streams)
         if not isinstance(store_path, str) or not store_path.strip():
             raise ValueError(f"store_path={store_path!r} must be a non-empty path or URL")
         if not is_templated(threshold):
             to_epoch_ms(threshold, "threshold")
+        self.idle_timeout_ms = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")
+        if self.idle_timeout_ms == 0:
+            raise ValueError(f"idle_timeout={idle_timeout!r} must be positive (zero would make every stream idle)")
         self.stream = stream
+        self.streams = streams
         self.store_path = store_path
         self.threshold = threshold
+        self.idle_timeout = idle_timeout
+        self.when_all_idle: AllIdlePolicy = check_policy(when_all_idle)
         self.storage_options = dict(storage_options or {})
         self.deferrable = deferrable
+
+    @property
+    def _returns_record(self) -> bool:
+        """One ``stream`` without idleness returns its record, as the sensor always did."""
+        return self.stream is not None and self.idle_timeout_ms is None
 
     def _threshold_ms(self) -> int:
         return to_epoch_ms(self.threshold, "threshold")
 
+    def _inputs(self) -> list[Input]:
+        if self.stream is not None:
+            return [(validate_name(self.stream, "stream"), None)]
+        return parse_inputs(self.streams, "streams")
+
+    def _check(self, inputs: list[Input], threshold_ms: int) -> WatermarkCheck:
+        store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
+        records = {input_label(stream, key): store.read_latest(stream, key) for stream, key in inputs}
+        return check_watermarks(
+            records,
+            threshold_ms,
+            reference_ms=threshold_ms,
+            idle_timeout_ms=self.idle_timeout_ms,
+            when_all_idle=self.when_all_idle,
+        )
+
     def poke(self, context: Context) -> PokeReturnValue:
-        stream = validate_name(self.stream, "stream")
+        inputs = self._inputs()
         threshold_ms = self._threshold_ms()
-        latest = WatermarkStoreHook(self.store_path, storage_options=self.storage_options).read_latest(stream)
-        lower = None if latest is None else int(latest["lower_ms"])
-        self.log.info("Stream %s: watermark %s, threshold %s", stream, format_ms(lower), format_ms(threshold_ms))
-        passed = lower is not None and lower >= threshold_ms
-        return PokeReturnValue(is_done=passed, xcom_value=latest if passed else None)
+        check = self._check(inputs, threshold_ms)
+        if self._returns_record:
+            stream = inputs[0][0]
+            latest = check.records[stream]
+            self.log.info(
+                "Stream %s: watermark %s, threshold %s", stream, format_ms(check.watermark_ms), format_ms(threshold_ms)
+            )
+            return PokeReturnValue(is_done=check.passed, xcom_value=latest if check.passed else None)
+        payload = check.payload()
+        self.log.info("Streams %s: %s", ", ".join(check.inputs), describe_check(payload, self.when_all_idle))
+        return PokeReturnValue(is_done=check.passed, xcom_value=payload if check.passed else None)
 
     def trigger(self, context: Context, timeout_at_ms: int) -> WatermarkTrigger:
+        threshold_ms = self._threshold_ms()
+        if self.stream is not None:
+            where: dict[str, Any] = {"stream": validate_name(self.stream, "stream")}
+        else:
+            where = {"inputs": [[stream, key] for stream, key in self._inputs()]}
         return WatermarkTrigger(
             store_path=self.store_path,
-            stream=validate_name(self.stream, "stream"),
-            threshold_ms=self._threshold_ms(),
+            **where,
+            threshold_ms=threshold_ms,
             poll_interval=self.poke_interval,
             timeout_at_ms=timeout_at_ms,
             storage_options=self.storage_options,
+            idle_timeout_ms=self.idle_timeout_ms,
+            reference_ms=threshold_ms,
+            when_all_idle=self.when_all_idle,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "success":
-            self.log.info("Stream %s watermark reached the threshold: %s", event["stream"], event["watermark"])
-            return event["watermark"]
-        message = (
-            f"Stream {event.get('stream')} watermark {format_ms(event.get('last_seen_lower_ms'))} did not "
-            f"reach {format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s"
-        )
+            result = event["watermark"]
+            if "streams" in result and "watermark_ms" in result:
+                self.log.info("Watermark reached the threshold: %s", describe_check(result, self.when_all_idle))
+            else:
+                self.log.info("Stream %s watermark reached the threshold: %s", event.get("stream"), result)
+            return result
+        if "streams" in event:
+            message = (
+                f"Streams {', '.join(event['streams'])}: the coalesced watermark did not reach "
+                f"{format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s: "
+                f"{describe_check(event, event.get('when_all_idle'))}"
+            )
+        else:
+            message = (
+                f"Stream {event.get('stream')} watermark {format_ms(event.get('last_seen_lower_ms'))} did not "
+                f"reach {format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s"
+            )
         self.timed_out(message)

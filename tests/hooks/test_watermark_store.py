@@ -7,9 +7,11 @@ import pytest
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 
 
-def record(lower: int, stream: str = "orders", computed_at: int | None = None) -> dict:
+def record(lower: int, stream: str = "orders", computed_at: int | None = None, wm_key: str | None = None) -> dict:
+    keyed = {} if wm_key is None else {"wm_key": wm_key}
     return {
         "stream": stream,
+        **keyed,
         "lower_ms": lower,
         "upper_ms": lower + 5,
         "stream_cut": {"0": lower},
@@ -133,3 +135,62 @@ def test_read_time_window_reads_the_log_of_a_real_store(tmp_path):
     store.publish({"stream": "other", "lower_ms": 7, "upper_ms": 8, "stream_cut": {"a": 1}, "computed_at_ms": 7})
     with pytest.raises(ValueError, match="record computed_at_ms=7 is not a watermark"):
         store.read_time_window("other", {0: 1, 1: 0}, segments)
+
+
+def test_keyed_watermarks_are_monotone_per_key_and_stored_apart(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.publish(record(100))
+    assert store.publish(record(10, wm_key="eu"))  # below the unkeyed watermark: another watermark
+    assert store.publish(record(20, wm_key="eu"))
+    assert store.publish(record(5, wm_key="us"))
+    assert store.publish(record(15, wm_key="eu")) is False
+    assert store.publish(record(20, wm_key="eu")) is False
+    assert store.read_latest("orders")["lower_ms"] == 100
+    assert store.read_latest("orders", "eu")["lower_ms"] == 20
+    assert store.read_latest("orders", wm_key="us")["lower_ms"] == 5
+    assert store.read_latest("orders", "apac") is None
+    assert [r["lower_ms"] for r in store.read_history("orders")] == [100]
+    assert [r["lower_ms"] for r in store.read_history("orders", wm_key="eu")] == [10, 20]
+    assert [r["lower_ms"] for r in store.read_history("orders", 1, "eu")] == [20]
+    assert (tmp_path / "streams" / "orders" / "keys" / "eu" / "latest.json").is_file()
+    assert len(list((tmp_path / "streams" / "orders" / "keys" / "eu" / "log").glob("*.json"))) == 2
+    assert len(list((tmp_path / "streams" / "orders" / "log").glob("*.json"))) == 1
+
+
+def test_a_null_wm_key_is_the_unkeyed_watermark(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.publish({**record(10), "wm_key": None})
+    assert store.read_latest("orders")["lower_ms"] == 10
+    assert store.publish(record(11)) and not (tmp_path / "streams" / "orders" / "keys").exists()
+
+
+@pytest.mark.parametrize("key", ["../etc", "a/b", "", ".hidden"])
+def test_watermark_keys_that_could_leave_the_store_are_rejected(tmp_path, key):
+    store = WatermarkStoreHook(str(tmp_path))
+    with pytest.raises(ValueError, match=r"record\['wm_key'\]="):
+        store.publish(record(1, wm_key=key))
+    with pytest.raises(ValueError, match="wm_key="):
+        store.read_latest("orders", key)
+    assert not (tmp_path / "streams").exists() or not any((tmp_path / "streams").rglob("*.json"))
+
+
+def test_concurrent_keyed_publishers_never_make_a_keys_latest_go_backwards(tmp_path):
+    def publish(key, values):
+        store = WatermarkStoreHook(str(tmp_path))
+        for value in values:
+            store.publish(record(value, wm_key=key))
+
+    threads = [
+        threading.Thread(target=publish, args=(key, list(range(1, 101))[i::2][::-1]))
+        for key in ("eu", "us")
+        for i in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store = WatermarkStoreHook(str(tmp_path))
+    for key in ("eu", "us"):
+        history = [r["lower_ms"] for r in store.read_history("orders", wm_key=key)]
+        assert store.read_latest("orders", key)["lower_ms"] == 100
+        assert history == sorted(history) and len(history) == len(set(history))

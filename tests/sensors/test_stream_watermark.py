@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
@@ -92,3 +93,283 @@ def test_deferred_sensor_resumes_when_the_watermark_arrives_later(airflow_db, tm
         publisher.cancel()
     assert states == {"wait": "success"}
     assert xcom(run, "wait")["lower_ms"] == THRESHOLD_MS + 7  # nothing was there at the first poke
+
+
+# --- several streams, keys and idleness --------------------------------------------------------------------
+
+MINUTE = 60_000
+IDLE = datetime(2025, 12, 31, 23, tzinfo=UTC)  # two hours before the threshold: idle after 30 minutes
+IDLE_MS = int(IDLE.timestamp() * 1000)
+FRESH_MS = THRESHOLD_MS - MINUTE  # advanced a minute before the threshold: not idle
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"stream": "orders", "streams": ["payments"]}, "exactly one of stream= .* and streams="),
+        ({}, "exactly one of stream= .* and streams="),
+        ({"streams": []}, r"streams=\[\] names no stream"),
+        ({"streams": "orders"}, "streams='orders' must be a list"),
+        ({"streams": ["orders", "../etc"]}, "streams entry '../etc'"),
+        ({"streams": ["orders:"]}, "streams entry 'orders:'"),
+        ({"streams": ["orders:eu", "orders:eu"]}, "names 'orders:eu' more than once"),
+        ({"stream": "orders", "when_all_idle": "never"}, "when_all_idle='never' must be one of 'wait', 'highest'"),
+        ({"stream": "orders", "idle_timeout": "soon"}, "idle_timeout='soon'"),
+        ({"stream": "orders", "idle_timeout": -1}, "idle_timeout=-1 must not be negative"),
+        ({"stream": "orders", "idle_timeout": 0}, "idle_timeout=0 must be positive"),
+    ],
+)
+def test_bad_arguments_of_several_streams_fail_at_parse_time(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        StreamWatermarkSensor(task_id="t", store_path="/tmp/x", **kwargs)
+
+
+def test_templated_stream_entries_are_checked_when_rendered_and_durations_parse():
+    sensor = StreamWatermarkSensor(
+        task_id="t", streams=["orders", "{{ params.s }}"], store_path="/x", idle_timeout="PT30M"
+    )
+    assert sensor.streams == ["orders", "{{ params.s }}"] and sensor.idle_timeout_ms == 30 * MINUTE
+    assert StreamWatermarkSensor(task_id="u", stream="o", store_path="/x", idle_timeout=90).idle_timeout_ms == 90_000
+    sensor = StreamWatermarkSensor(task_id="v", stream="o", store_path="/x", idle_timeout=timedelta(minutes=2))
+    assert sensor.idle_timeout_ms == 2 * MINUTE and sensor.when_all_idle == "wait"
+
+
+def test_deferrable_execute_with_several_streams_hands_all_of_them_to_the_trigger(tmp_path):
+    sensor = StreamWatermarkSensor(
+        task_id="t",
+        streams=["orders:eu", "payments"],
+        store_path=str(tmp_path),
+        threshold=THRESHOLD_MS,
+        idle_timeout=timedelta(minutes=30),
+        when_all_idle="highest",
+        deferrable=True,
+        timeout=60,
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, WatermarkTrigger)
+    kwargs = trigger.serialize()[1]
+    assert kwargs["inputs"] == [["orders", "eu"], ["payments", None]] and kwargs["stream"] is None
+    assert (kwargs["idle_timeout_ms"], kwargs["reference_ms"], kwargs["when_all_idle"]) == (
+        30 * MINUTE,
+        THRESHOLD_MS,
+        "highest",
+    )
+
+
+def streams_dag(store: str, streams: list[str], **kwargs):
+    dag = fresh_dag("streams")
+    with dag:
+        StreamWatermarkSensor(task_id="wait", streams=streams, store_path=store, poke_interval=0.2, **kwargs)
+    return dag
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_several_streams_wait_for_the_slowest(airflow_db, tmp_path, deferrable):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS + 50, "orders"))
+    store.publish(record(THRESHOLD_MS - 1, "payments"))
+    _run, states = run_dag(
+        streams_dag(str(tmp_path), ["orders", "payments"], timeout=1, soft_fail=True, deferrable=deferrable)
+    )
+    assert states == {"wait": "skipped"}
+    store.publish(record(THRESHOLD_MS + 3, "payments"))
+    run, states = run_dag(streams_dag(str(tmp_path), ["orders", "payments"], timeout=30, deferrable=deferrable))
+    assert states == {"wait": "success"}
+    result = xcom(run, "wait")
+    assert result["watermark_ms"] == THRESHOLD_MS + 3 and result["threshold_ms"] == THRESHOLD_MS
+    assert result["idle"] == [] and result["all_idle"] is False
+    assert result["streams"]["orders"] == {
+        "lower_ms": THRESHOLD_MS + 50,
+        "last_advanced_ms": THRESHOLD_MS + 50,
+        "idle": False,
+    }
+
+
+def test_deferred_sensor_resumes_when_the_slowest_stream_catches_up(airflow_db, tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS + 50, "orders", wm_key="eu"))
+    store.publish(record(THRESHOLD_MS - 1, "payments"))
+    publisher = threading.Timer(2.0, store.publish, args=(record(THRESHOLD_MS + 9, "payments"),))
+    publisher.start()
+    try:
+        run, states = run_dag(streams_dag(str(tmp_path), ["orders:eu", "payments"], deferrable=True, timeout=60))
+    finally:
+        publisher.cancel()
+    assert states == {"wait": "success"}
+    result = xcom(run, "wait")
+    assert result["watermark_ms"] == THRESHOLD_MS + 9  # payments was behind at the first poke
+    assert set(result["streams"]) == {"orders:eu", "payments"}
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_an_idle_stream_is_left_out_and_the_xcom_says_so(airflow_db, tmp_path, deferrable):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS + 5, "orders", computed_at=FRESH_MS))
+    store.publish(record(THRESHOLD_MS - 3_600_000, "payments", computed_at=IDLE_MS))
+    run, states = run_dag(
+        streams_dag(
+            str(tmp_path),
+            ["orders", "payments"],
+            idle_timeout=timedelta(minutes=30),
+            timeout=30,
+            deferrable=deferrable,
+        )
+    )
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait") == {
+        "watermark_ms": THRESHOLD_MS + 5,
+        "threshold_ms": THRESHOLD_MS,
+        "all_idle": False,
+        "idle": ["payments"],
+        "streams": {
+            "orders": {"lower_ms": THRESHOLD_MS + 5, "last_advanced_ms": FRESH_MS, "idle": False},
+            "payments": {"lower_ms": THRESHOLD_MS - 3_600_000, "last_advanced_ms": IDLE_MS, "idle": True},
+        },
+    }
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_all_streams_idle_with_wait_times_out(airflow_db, tmp_path, deferrable):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS + 5, "orders", computed_at=IDLE_MS))
+    store.publish(record(THRESHOLD_MS + 7, "payments", computed_at=IDLE_MS))
+    dag = streams_dag(
+        str(tmp_path), ["orders", "payments"], idle_timeout="PT30M", timeout=1, soft_fail=True, deferrable=deferrable
+    )
+    run, states = run_dag(dag)
+    assert states == {"wait": "skipped"}
+    assert xcom(run, "wait") is None
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_all_streams_idle_with_highest_passes_on_the_highest_watermark(airflow_db, tmp_path, deferrable):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS - 5, "orders", computed_at=IDLE_MS))
+    store.publish(record(THRESHOLD_MS + 7, "payments", computed_at=IDLE_MS))
+    dag = streams_dag(
+        str(tmp_path),
+        ["orders", "payments"],
+        idle_timeout=1800,
+        when_all_idle="highest",
+        timeout=30,
+        deferrable=deferrable,
+    )
+    run, states = run_dag(dag)
+    assert states == {"wait": "success"}
+    result = xcom(run, "wait")
+    assert result["watermark_ms"] == THRESHOLD_MS + 7 and result["all_idle"] is True
+    assert result["idle"] == ["orders", "payments"]
+
+
+def test_a_stream_that_advances_again_holds_the_watermark_back_again(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    sensor = StreamWatermarkSensor(
+        task_id="t",
+        streams=["orders", "payments"],
+        store_path=str(tmp_path),
+        threshold=THRESHOLD_MS,
+        idle_timeout=timedelta(minutes=30),
+    )
+    store.publish(record(THRESHOLD_MS + 5, "orders", computed_at=FRESH_MS))
+    store.publish(record(THRESHOLD_MS - 7_200_000, "payments", computed_at=IDLE_MS))
+    first = sensor.poke({})
+    assert first.is_done and first.xcom_value["idle"] == ["payments"]
+    # payments recovers: a new watermark, computed a minute ago, but still behind the threshold
+    store.publish(record(THRESHOLD_MS - 60_000, "payments", computed_at=FRESH_MS))
+    second = sensor.poke({})
+    assert not second.is_done and second.xcom_value is None
+    store.publish(record(THRESHOLD_MS + 1, "payments", computed_at=THRESHOLD_MS))
+    third = sensor.poke({})
+    assert third.is_done and third.xcom_value["watermark_ms"] == THRESHOLD_MS + 1
+    assert third.xcom_value["idle"] == []
+
+
+def test_a_stream_without_any_watermark_is_not_idle_and_holds_the_others_back(tmp_path):
+    WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS + 5, "orders", computed_at=IDLE_MS))
+    sensor = StreamWatermarkSensor(
+        task_id="t",
+        streams=["orders", "payments"],
+        store_path=str(tmp_path),
+        threshold=THRESHOLD_MS,
+        idle_timeout=timedelta(minutes=30),
+        when_all_idle="highest",
+    )
+    assert not sensor.poke({}).is_done
+
+
+def test_keyed_inputs_read_each_keys_watermark(airflow_db, tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS + 100, "orders"))  # the unkeyed watermark is not an input here
+    store.publish(record(THRESHOLD_MS + 10, "orders", wm_key="eu"))
+    store.publish(record(THRESHOLD_MS - 10, "orders", wm_key="us"))
+    sensor = StreamWatermarkSensor(
+        task_id="t", streams=["orders:eu", "orders:us"], store_path=str(tmp_path), threshold=THRESHOLD_MS
+    )
+    assert not sensor.poke({}).is_done
+    store.publish(record(THRESHOLD_MS + 20, "orders", wm_key="us"))
+    run, states = run_dag(streams_dag(str(tmp_path), ["orders:eu", "orders:us"], timeout=30))
+    assert states == {"wait": "success"}
+    result = xcom(run, "wait")
+    assert result["watermark_ms"] == THRESHOLD_MS + 10
+    assert result["streams"]["orders:us"]["lower_ms"] == THRESHOLD_MS + 20
+
+
+def test_one_stream_with_an_idle_timeout_returns_the_coalesced_result(airflow_db, tmp_path):
+    WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS + 1, computed_at=FRESH_MS))
+    run, states = run_dag(sensor_dag(str(tmp_path), idle_timeout=timedelta(minutes=30), timeout=30))
+    assert states == {"wait": "success"}
+    assert xcom(run, "wait")["streams"] == {
+        "orders": {"lower_ms": THRESHOLD_MS + 1, "last_advanced_ms": FRESH_MS, "idle": False}
+    }
+
+
+def test_the_poke_log_line_shows_each_stream(tmp_path, capsys):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS + 5, "orders", computed_at=FRESH_MS))
+    store.publish(record(THRESHOLD_MS - 5, "payments", computed_at=IDLE_MS))
+    sensor = StreamWatermarkSensor(
+        task_id="t",
+        streams=["orders", "payments", "returns"],
+        store_path=str(tmp_path),
+        threshold=THRESHOLD_MS,
+        idle_timeout=timedelta(minutes=30),
+    )
+    capsys.readouterr()
+    assert not sensor.poke({}).is_done
+    line = capsys.readouterr().out  # the task logger writes to the task's stdout
+    assert "Streams orders, payments, returns: coalesced watermark -, threshold 2026-01-01 01:00:00.000Z" in line
+    assert "orders: 2026-01-01 01:00:00.005Z (advanced 2026-01-01 00:59:00.000Z)" in line
+    assert "payments: idle, 2026-01-01 00:59:59.995Z (advanced 2025-12-31 23:00:00.000Z)" in line
+    assert "returns: no watermark yet" in line
+
+
+def test_the_timeout_names_each_streams_watermark_and_idleness(airflow_db, tmp_path):
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS + 5, "orders", computed_at=IDLE_MS))
+    store.publish(record(THRESHOLD_MS + 7, "payments", computed_at=IDLE_MS))
+    sensor = StreamWatermarkSensor(
+        task_id="t",
+        streams=["orders", "payments"],
+        store_path=str(tmp_path),
+        threshold=THRESHOLD_MS,
+        idle_timeout=timedelta(minutes=30),
+        deferrable=True,
+        timeout=60,
+    )
+    trigger = WatermarkTrigger(**{**sensor.trigger({}, int(time.time() * 1000)).serialize()[1], "poll_interval": 0.01})
+    event = first_event(trigger)
+    assert event["status"] == "timeout"
+    with pytest.raises(AirflowSensorTimeout, match=r"payments: idle, .* all streams idle \(when_all_idle='wait'\)"):
+        sensor.execute_complete({}, event)
+
+
+def first_event(trigger: WatermarkTrigger) -> dict:
+    async def run():
+        async for event in trigger.run():
+            return event.payload
+
+    return asyncio.run(run())

@@ -6,8 +6,10 @@ import time
 import pytest
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from airflow_provider_wm.triggers.watermark import WatermarkTrigger
+from airflow_provider_wm.triggers.watermark import WatermarkTrigger, check_watermarks, parse_inputs
 from tests.hooks.test_watermark_store import record
+
+MINUTE = 60_000
 
 ALL_TRIGGERS = [
     WatermarkTrigger(store_path="/tmp/x", stream="orders", threshold_ms=5),
@@ -20,6 +22,17 @@ ALL_TRIGGERS = [
         storage_options={"a": 1},
         last_seen_lower_ms=4,
     ),
+    WatermarkTrigger(
+        store_path="/tmp/x",
+        inputs=[["orders", None], ["orders", "eu"], ["payments", None]],
+        threshold_ms=5,
+        idle_timeout_ms=600_000,
+        reference_ms=7,
+        when_all_idle="highest",
+        last_seen_lower_ms=3,
+        last_seen_inputs={"orders": {"lower_ms": 3, "last_advanced_ms": 1, "idle": False}},
+    ),
+    WatermarkTrigger(store_path="/tmp/x", stream="orders", threshold_ms=5, idle_timeout_ms=1000),
 ]
 
 
@@ -79,3 +92,161 @@ def test_fires_a_timeout_event_past_its_deadline(tmp_path):
     )
     event = first_event(trigger)
     assert event == {"status": "timeout", "stream": "orders", "threshold_ms": 100, "last_seen_lower_ms": 50}
+
+
+def test_a_trigger_serialised_by_the_previous_version_still_loads_and_fires_the_record(tmp_path):
+    WatermarkStoreHook(str(tmp_path)).publish(record(100))
+    old_kwargs = {
+        "store_path": str(tmp_path),
+        "stream": "orders",
+        "threshold_ms": 100,
+        "poll_interval": 0.05,
+        "timeout_at_ms": None,
+        "storage_options": {},
+        "last_seen_lower_ms": None,
+    }
+    event = first_event(WatermarkTrigger(**old_kwargs))
+    assert event["status"] == "success" and event["stream"] == "orders" and event["watermark"]["lower_ms"] == 100
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "exactly one of stream= and inputs="),
+        ({"stream": "orders", "inputs": [["orders", None]]}, "exactly one of stream= and inputs="),
+        ({"inputs": []}, "inputs=\\[\\] must be"),
+        ({"inputs": [["orders"]]}, "must be a non-empty list of \\[stream, wm_key or None\\]"),
+        ({"stream": "orders", "when_all_idle": "never"}, "when_all_idle='never'"),
+    ],
+)
+def test_bad_trigger_arguments_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WatermarkTrigger(store_path="/tmp/x", threshold_ms=5, **kwargs)
+
+
+def watermark(lower: int, advanced: int) -> dict:
+    return {"lower_ms": lower, "computed_at_ms": advanced}
+
+
+def test_the_rule_waits_for_the_slowest_input_and_for_inputs_without_a_watermark():
+    check = check_watermarks({"a": watermark(30, 30), "b": watermark(20, 20)}, 25)
+    assert (check.watermark_ms, check.passed, check.idle, check.all_idle) == (20, False, [], False)
+    check = check_watermarks({"a": watermark(30, 30), "b": None}, 25, idle_timeout_ms=1)
+    assert (check.watermark_ms, check.passed, check.waiting, check.idle) == (None, False, ["b"], [])
+    assert check.payload()["streams"]["b"] == {"lower_ms": None, "last_advanced_ms": None, "idle": False}
+
+
+def test_the_rule_leaves_out_inputs_that_have_not_advanced_for_the_idle_timeout():
+    reference = 100 * MINUTE
+    records = {"a": watermark(reference + 1, reference - MINUTE), "b": watermark(5, reference - 10 * MINUTE)}
+    check = check_watermarks(records, reference, idle_timeout_ms=10 * MINUTE)
+    assert (check.watermark_ms, check.passed, check.idle) == (reference + 1, True, ["b"])
+    assert check.payload() == {
+        "watermark_ms": reference + 1,
+        "threshold_ms": reference,
+        "all_idle": False,
+        "idle": ["b"],
+        "streams": {
+            "a": {"lower_ms": reference + 1, "last_advanced_ms": reference - MINUTE, "idle": False},
+            "b": {"lower_ms": 5, "last_advanced_ms": reference - 10 * MINUTE, "idle": True},
+        },
+    }
+    # one millisecond younger than the timeout: not idle, it holds the output back
+    records["b"] = watermark(5, reference - 10 * MINUTE + 1)
+    assert check_watermarks(records, reference, idle_timeout_ms=10 * MINUTE).watermark_ms == 5
+    # the reference time is the run's logical time, not the threshold, when given
+    assert check_watermarks(records, reference, reference_ms=reference + 1, idle_timeout_ms=10 * MINUTE).idle == ["b"]
+    # without an idle timeout nothing is idle
+    assert check_watermarks(records, reference).idle == []
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("wait", None), ("highest", 300)])
+def test_when_every_input_is_idle_the_policy_decides(policy, expected):
+    records = {"a": watermark(300, 0), "b": watermark(200, 0)}
+    check = check_watermarks(records, 100, reference_ms=10 * MINUTE, idle_timeout_ms=MINUTE, when_all_idle=policy)
+    assert (check.watermark_ms, check.all_idle, check.idle) == (expected, True, ["a", "b"])
+    assert check.passed is (expected is not None)
+
+
+def test_parse_inputs_reads_keys_and_rejects_duplicates_and_bad_names():
+    assert parse_inputs(["orders", "orders:eu", "payments"], "streams") == [
+        ("orders", None),
+        ("orders", "eu"),
+        ("payments", None),
+    ]
+    for bad, message in [
+        (["orders", "orders"], "names 'orders' more than once"),
+        (["orders:", "x"], "entry 'orders:'"),
+        (["a:b:c"], "entry 'a:b:c'"),
+        (["../etc"], "entry '../etc'"),
+        ("orders", "must be a list"),
+        ([], "names no stream"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_inputs(bad, "streams")
+
+
+def test_several_inputs_fire_the_coalesced_result_once_the_slowest_passes(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(150, "orders", wm_key="eu"))
+    store.publish(record(50, "payments"))
+    trigger = WatermarkTrigger(
+        store_path=str(tmp_path), inputs=[["orders", "eu"], ["payments", None]], threshold_ms=100, poll_interval=0.05
+    )
+
+    async def scenario():
+        task = asyncio.ensure_future(first_event_async(trigger))
+        await asyncio.sleep(0.3)
+        assert not task.done()
+        assert trigger.serialize()[1]["last_seen_inputs"]["payments"]["lower_ms"] == 50
+        await asyncio.to_thread(store.publish, record(120, "payments"))
+        return await asyncio.wait_for(task, 5)
+
+    event = asyncio.run(scenario())
+    assert event["status"] == "success"
+    assert event["watermark"]["watermark_ms"] == 120
+    assert event["watermark"]["streams"]["orders:eu"]["lower_ms"] == 150
+    assert event["watermark"]["idle"] == []
+    assert trigger.serialize()[1]["last_seen_lower_ms"] == 120
+
+
+def test_an_idle_input_is_left_out_in_the_triggerer_too(tmp_path):
+    reference = 1_000 * MINUTE
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(reference + 1, "orders", computed_at=reference - MINUTE))
+    store.publish(record(5, "payments", computed_at=reference - 60 * MINUTE))
+    event = first_event(
+        WatermarkTrigger(
+            store_path=str(tmp_path),
+            inputs=[["orders", None], ["payments", None]],
+            threshold_ms=reference,
+            idle_timeout_ms=30 * MINUTE,
+        )
+    )
+    assert event["status"] == "success" and event["watermark"]["idle"] == ["payments"]
+    assert event["watermark"]["streams"]["payments"] == {
+        "lower_ms": 5,
+        "last_advanced_ms": reference - 60 * MINUTE,
+        "idle": True,
+    }
+
+
+def test_the_timeout_event_names_each_inputs_watermark_and_idleness(tmp_path):
+    reference = 1_000 * MINUTE
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(reference + 5, "orders", computed_at=0))
+    store.publish(record(reference + 7, "payments", computed_at=0))
+    trigger = WatermarkTrigger(
+        store_path=str(tmp_path),
+        inputs=[["orders", None], ["payments", None], ["returns", None]],
+        threshold_ms=reference,
+        idle_timeout_ms=MINUTE,
+        poll_interval=0.05,
+        timeout_at_ms=int(time.time() * 1000) + 200,
+    )
+    event = first_event(trigger)
+    assert event["status"] == "timeout" and event["stream"] is None
+    assert event["watermark_ms"] is None and event["waiting"] == ["returns"]
+    assert event["idle"] == ["orders", "payments"] and event["all_idle"] is False
+    assert event["streams"]["returns"] == {"lower_ms": None, "last_advanced_ms": None, "idle": False}
+    assert event["streams"]["orders"]["idle"] is True and event["when_all_idle"] == "wait"
