@@ -41,6 +41,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_wm.operators.controller_watermark",
                     "airflow_provider_wm.operators.incremental_partitions",
+                    "airflow_provider_wm.operators.reader_time_window",
                 ],
             }
         ],

@@ -10,7 +10,12 @@ and, for each, the native baseline: ``groupBy(stream).agg(min(time_ms), max(time
 in-round marks. Prints both times and their ratio (best of ``--repeat`` runs each). Optionally a fraction
 of bad rows (negative times) exercises the quarantine path.
 
+With ``--sequenced`` every mark carries a sequence number (origin = writer, one chunk per sequence), and
+10% of round 1's marks (every other mark of its last fifth) are uploaded late, in round 2's window: round
+1 applies each writer's gap-free prefix and keeps the rest waiting in its state; round 2 fills the gaps.
+
     python bench/controller_watermark.py --marks 10000000 --bad-fraction 0.001
+    python bench/controller_watermark.py --marks 10000000 --sequenced
 """
 
 from __future__ import annotations
@@ -47,9 +52,19 @@ def segments(spark: SparkSession) -> DataFrame:
 
 
 def marks(
-    spark: SparkSession, n: int, writers: int, first_step: int, split_step: int, bad_fraction: float
+    spark: SparkSession,
+    n: int,
+    writers: int,
+    first_step: int,
+    split_step: int,
+    bad_fraction: float,
+    sequenced: bool = False,
+    late_to_step: int | None = None,
 ) -> DataFrame:
-    """``n`` marks: writer ``id % writers`` reports step ``first_step + id // writers``."""
+    """``n`` marks: writer ``id % writers`` reports step ``first_step + id // writers``.
+
+    ``sequenced``: sequence number ``step + 1`` per writer; every other mark of the last fifth of the steps
+    is reported at ``late_to_step`` (late, in the next round) when given."""
     w = F.col("id") % writers
     step = F.lit(first_step) + (F.col("id") / writers).cast("long")
     base = w % SEGMENTS_PER_EPOCH
@@ -60,7 +75,12 @@ def marks(
     time_ms = F.lit(T0) + step * STEP_MS + (w % 7)
     if bad_every:
         time_ms = F.when(F.col("id") % bad_every == bad_every - 1, F.lit(-1)).otherwise(time_ms)
-    return spark.range(n).select(
+    reported = F.lit(T0) + step * STEP_MS + 50
+    if sequenced and late_to_step is not None:
+        last_fifth = step >= F.lit(first_step + (n // writers) * 4 // 5)
+        late = last_fifth & (step % 2 == 0)
+        reported = F.when(late, F.lit(T0 + late_to_step * STEP_MS + 50)).otherwise(reported)
+    frame = spark.range(n).select(
         F.concat(F.lit("s"), (w % STREAMS).cast("string")).alias("stream"),
         F.concat(F.lit("writer-"), w.cast("string")).alias("writer_id"),
         time_ms.alias("time_ms"),
@@ -68,7 +88,16 @@ def marks(
             seg_a.cast("long"), (step * 10).cast("long"), seg_b.cast("long"), (step * 10 + 5).cast("long")
         ).alias("position"),
         F.when(F.col("id") % 97 == 0, F.lit("commit")).otherwise(F.lit("note")).alias("kind"),
-        (F.lit(T0) + step * STEP_MS + 50).alias("reported_at_ms"),
+        reported.alias("reported_at_ms"),
+    )
+    if not sequenced:
+        return frame
+    return frame.select(
+        "*",
+        F.col("writer_id").alias("origin_id"),
+        (step + 1).alias("seq"),
+        F.lit(1).cast("long").alias("chunk"),
+        F.lit(True).alias("last_chunk"),
     )
 
 
@@ -89,6 +118,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--sequenced", action="store_true", help="sequence numbers, 10%% of marks late by a round")
     args = parser.parse_args()
 
     spark = (
@@ -105,20 +135,24 @@ def main() -> None:
         marks_path, segments_path = str(work / "marks"), str(work / "segments")
         segments(spark).write.parquet(segments_path)
         started = time.perf_counter()
-        marks(spark, args.marks, args.writers, 0, steps // 2, args.bad_fraction).write.parquet(marks_path)
         second = args.marks // 10
-        marks(spark, second, args.writers, steps, steps // 2, args.bad_fraction).write.mode("append").parquet(
+        late_to = steps + 1 if args.sequenced else None
+        marks(spark, args.marks, args.writers, 0, steps // 2, args.bad_fraction, args.sequenced, late_to).write.parquet(
             marks_path
         )
+        marks(spark, second, args.writers, steps, steps // 2, args.bad_fraction, args.sequenced).write.mode(
+            "append"
+        ).parquet(marks_path)
         print(f"generated {args.marks + second:,} marks in {time.perf_counter() - started:.1f}s under {work}")
 
         now1 = T0 + steps * STEP_MS
         now2 = T0 + (steps + second // args.writers) * STEP_MS
+        label = " sequenced" if args.sequenced else ""
         rounds = [
-            ("round 1 (no state)", None, None, now1, args.marks),
-            ("round 2 (steady state)", now1, "r1", now2, second),
+            (f"round 1 (no state){label}", None, None, now1, args.marks),
+            (f"round 2 (steady state){label}", now1, "r1", now2, second),
         ]
-        print(f"\n{'':<24} {'marks':>12} {'job s':>8} {'baseline s':>11} {'ratio':>7}")
+        print(f"\n{'':<34} {'marks':>12} {'job s':>8} {'baseline s':>11} {'ratio':>7}")
         for name, processed_until, state_from, now, n in rounds:
 
             def baseline(lo=processed_until, hi=now) -> None:
@@ -149,7 +183,7 @@ def main() -> None:
             baseline()  # warm the file cache for both
             job_s = best_of(args.repeat, job)
             base_s = best_of(args.repeat, baseline)
-            print(f"{name:<24} {n:>12,} {job_s:>8.2f} {base_s:>11.2f} {job_s / base_s:>7.2f}")
+            print(f"{name:<34} {n:>12,} {job_s:>8.2f} {base_s:>11.2f} {job_s / base_s:>7.2f}")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -4,8 +4,9 @@ Sets up an embedded Airflow (SQLite) in ``$WM_DEMO_DIR`` (default ``./.demo``, w
 example data, and runs the example DAGs through ``dag.test()`` (Spark ``local[*]`` through
 ``SparkSubmitHook``; sensors defer and their triggers run inline):
 
-1. ``dags/example_stream_watermark.py`` once per hour of example marks; prints per stream and run what
-   the controller decided and what the sensor saw;
+1. ``dags/example_stream_watermark.py`` and ``dags/example_joined_streams.py`` once per hour of example
+   marks; prints per stream and run what the controller decided, what the sensor saw, and which streams
+   the join excluded as idle;
 2. ``dags/example_incremental_partitions.py`` once per simulated day, with late orders every day and one
    work unit's transformation failing once (its retry re-executes only that unit); prints each run's plan.
 """
@@ -55,13 +56,24 @@ def main() -> int:
         print(f"DAG import errors: {bag.import_errors}")
         return 1
     dag = bag.get_dag("example_stream_watermark")
+    join_bag = DagBag(dag_folder=str(REPO_DAGS / "example_joined_streams.py"))
+    if join_bag.import_errors:
+        print(f"DAG import errors: {join_bag.import_errors}")
+        return 1
+    join_dag = join_bag.get_dag("example_joined_streams")
     outcomes = []
     for hour in range(data.HOURS):
         # With CronDataIntervalTimetable a run's logical date is the end of its data interval.
         logical_date = data.START + timedelta(hours=hour + 1)
-        print(f"Running the DAG for data interval {logical_date - timedelta(hours=1):%H:%M}-{logical_date:%H:%M} UTC")
+        print(f"Running the DAGs for data interval {logical_date - timedelta(hours=1):%H:%M}-{logical_date:%H:%M} UTC")
         run = dag.test(logical_date=logical_date)
-        outcomes.append(report.run_outcome(run))
+        outcome = report.run_outcome(run)
+        join_run = join_dag.test(logical_date=logical_date)
+        outcome["join"] = {
+            **report.run_outcome(join_run),
+            "progress": report.xcom_value(join_run, "orders_and_refunds_complete"),
+        }
+        outcomes.append(outcome)
     print(report.render(DEMO_DIR / "data" / "store", outcomes))
     outcomes += _run_partitions_demo()
     failed = [o for o in outcomes if o["state"] != "success"]

@@ -9,6 +9,10 @@ Scenario over four hours from ``START`` (one controller round per hour, at each 
   time goes back, a stream name that tries to leave the store.
 - ``payments``: one segment; ``p2`` stops reporting at 01:20, holds the stream back, and is dropped after
   the 30-minute writer timeout.
+- ``refunds``: one writer whose marks carry sequence numbers (one per minute, origin ``r1-upload``); the
+  mark of 00:30 is uploaded late, at 01:05, so the first round can only use sequences up to 00:29 (the
+  rest wait behind the gap in the controller state). The writer stops at 01:10: from then on the stream
+  is quiet, and ``dags/example_joined_streams.py`` treats it as idle after 45 minutes.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ HOURS = 4
 SPLIT_AT = START_MS + 90 * MINUTE
 W3_SHUTDOWN_AT = START_MS + 150 * MINUTE
 P2_SILENT_AFTER = START_MS + 80 * MINUTE
+REFUNDS_SILENT_AFTER = START_MS + 70 * MINUTE
+REFUNDS_LATE_SEQ = 30
+REFUNDS_LATE_AT = START_MS + 65 * MINUTE
 EPOCH1 = 1 << 32
 
 MARKS_SCHEMA = pa.schema(
@@ -39,6 +46,10 @@ MARKS_SCHEMA = pa.schema(
         ("position", pa.map_(pa.int64(), pa.int64())),
         ("kind", pa.string()),
         ("reported_at_ms", pa.int64()),
+        ("origin_id", pa.string()),
+        ("seq", pa.int64()),
+        ("chunk", pa.int64()),
+        ("last_chunk", pa.bool_()),
     ]
 )
 SEGMENTS_SCHEMA = pa.schema(
@@ -58,6 +69,7 @@ def segments() -> list[dict[str, Any]]:
         {"stream": "orders", "segment_id": EPOCH1 | 2, "key_start": 0.5, "key_end": 0.75},
         {"stream": "orders", "segment_id": EPOCH1 | 3, "key_start": 0.75, "key_end": 1.0},
         {"stream": "payments", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
+        {"stream": "refunds", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
     ]
 
 
@@ -76,7 +88,18 @@ def _mark(
         "position": None if position is None else list(position.items()),
         "kind": kind,
         "reported_at_ms": t if reported is None else reported,
+        "origin_id": None,
+        "seq": None,
+        "chunk": None,
+        "last_chunk": None,
     }
+
+
+def _refund_mark(n: int, t: int) -> dict[str, Any]:
+    """Sequence ``n`` of the refunds uploader, in one chunk; the 30th is uploaded late."""
+    reported = REFUNDS_LATE_AT if n == REFUNDS_LATE_SEQ else t
+    mark = _mark("refunds", "r1", t, {0: 7 * n}, reported=reported)
+    return {**mark, "origin_id": "r1-upload", "seq": n, "chunk": 1, "last_chunk": True}
 
 
 def marks_for_hour(hour: int) -> Iterator[dict[str, Any]]:
@@ -97,6 +120,8 @@ def marks_for_hour(hour: int) -> Iterator[dict[str, Any]]:
         yield _mark("payments", "p1", t, {0: 10 * n})
         if t <= P2_SILENT_AFTER:
             yield _mark("payments", "p2", t, {0: 10 * n + 3})
+        if t <= REFUNDS_SILENT_AFTER:
+            yield _refund_mark(n, t)
     if hour == 0:
         yield _mark("orders", "w1", first + 5 * MINUTE, {0: -1})  # negative offset
         yield _mark("orders", "w2", first + 6 * MINUTE, {99: 10})  # unknown segment

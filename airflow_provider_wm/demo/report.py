@@ -20,6 +20,20 @@ def run_outcome(run: Any) -> dict[str, Any]:
     }
 
 
+def xcom_value(run: Any, task_id: str) -> Any:
+    """A task's return value in a finished run (None when it pushed none)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(XComModel)
+            .filter_by(dag_id=run.dag_id, run_id=run.run_id, task_id=task_id, key="return_value")
+            .one_or_none()
+        )
+        return None if row is None else XComModel.deserialize_value(row)
+
+
 def _manifests(store: Path) -> list[dict[str, Any]]:
     rounds = store / "controllers" / "example_controller" / "rounds"
     paths = sorted(rounds.glob("*/manifest.json"), key=lambda p: int(p.parent.name.split("-", 1)[0]))
@@ -47,6 +61,10 @@ def render(store: Path, outcomes: list[dict[str, Any]]) -> str:
             bad = {**entry["rejected"], **entry["quarantined"]}
             if bad:
                 lines.append(f"            bad marks: {bad}")
+            if entry.get("pending_sequences"):
+                lines.append(
+                    f"            {entry['pending_sequences']} sequences wait behind a gap (applied when it fills)"
+                )
             if entry["waiting_for"]:
                 lines.append(f"            waiting for writers {entry['waiting_for']} (not past the last watermark)")
             if wm:
@@ -57,9 +75,22 @@ def render(store: Path, outcomes: list[dict[str, Any]]) -> str:
         sensor = outcome["tasks"].get("wait_for_orders")
         downstream = outcome["tasks"].get("use_watermark")
         lines.append(f"  sensor wait_for_orders: {sensor}; use_watermark: {downstream}")
+        join = outcome.get("join")
+        if join:
+            lines.append(
+                f"  joined streams: sensor {join['tasks'].get('orders_and_refunds_complete')}; "
+                f"join {join['tasks'].get('join_orders_and_refunds')}"
+            )
+            progress = join.get("progress")
+            if progress:
+                per_stream = ", ".join(
+                    f"{name} {format_ms(info['lower_ms'])}{' (idle)' if info['idle'] else ''}"
+                    for name, info in progress["streams"].items()
+                )
+                lines.append(f"            coalesced {format_ms(progress['watermark_ms'])}: {per_stream}")
     hook = WatermarkStoreHook(str(store))
     lines.append("\nLatest watermarks in the store:")
-    for stream in ("orders", "payments"):
+    for stream in ("orders", "payments", "refunds"):
         latest = hook.read_latest(stream)
         history = hook.read_history(stream)
         if latest:

@@ -6,10 +6,10 @@ import doctest
 
 import pytest
 
-from airflow_provider_wm.core import controller, partitions, segments
+from airflow_provider_wm.core import coalescing, controller, partitions, progress, reader, segments
 
 
-@pytest.mark.parametrize("module", [controller, partitions, segments])
+@pytest.mark.parametrize("module", [coalescing, controller, partitions, progress, reader, segments])
 def test_docstring_examples_hold(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
