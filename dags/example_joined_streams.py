@@ -8,8 +8,8 @@ the safe default). The downstream task sees, in the sensor's XCom, which streams
 one's watermark was.
 
 The watermarks come from ``dags/example_stream_watermark.py``'s controller (same ``$WM_EXAMPLE_BASE``).
-``python -m airflow_provider_wm.demo`` runs both: ``refunds`` goes quiet after 01:10, holds the join back
-for one run, and is then excluded so that the join keeps up with ``orders``.
+``python -m airflow_provider_wm.demo`` runs both: ``refunds`` goes quiet after 01:10 and holds the join back
+while it lags; once it has not advanced for 45 minutes it is excluded and the join keeps up with ``orders``.
 """
 
 from __future__ import annotations
