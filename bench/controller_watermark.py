@@ -80,7 +80,7 @@ def marks(
         last_fifth = step >= F.lit(first_step + (n // writers) * 4 // 5)
         late = last_fifth & (step % 2 == 0)
         reported = F.when(late, F.lit(T0 + late_to_step * STEP_MS + 50)).otherwise(reported)
-    frame = spark.range(n).select(
+    columns = [
         F.concat(F.lit("s"), (w % STREAMS).cast("string")).alias("stream"),
         F.concat(F.lit("writer-"), w.cast("string")).alias("writer_id"),
         time_ms.alias("time_ms"),
@@ -89,16 +89,15 @@ def marks(
         ).alias("position"),
         F.when(F.col("id") % 97 == 0, F.lit("commit")).otherwise(F.lit("note")).alias("kind"),
         reported.alias("reported_at_ms"),
-    )
-    if not sequenced:
-        return frame
-    return frame.select(
-        "*",
-        F.col("writer_id").alias("origin_id"),
-        (step + 1).alias("seq"),
-        F.lit(1).cast("long").alias("chunk"),
-        F.lit(True).alias("last_chunk"),
-    )
+    ]
+    if sequenced:
+        columns += [
+            F.concat(F.lit("writer-"), w.cast("string")).alias("origin_id"),
+            (step + 1).alias("seq"),
+            F.lit(1).cast("long").alias("chunk"),
+            F.lit(True).alias("last_chunk"),
+        ]
+    return spark.range(n).select(*columns)
 
 
 def best_of(repeat: int, fn) -> float:

@@ -467,7 +467,21 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
         .withColumn("is_new", F.lit(0))
     )
     columns = [*PENDING_STATE_SCHEMA.fieldNames(), "committed_seq", "reason", "is_new"]
-    arrived = old.select(*columns).unionByName(new.where(F.col("reason").isNull()).select(*columns))
+    accepted_new = new.where(F.col("reason").isNull()).select(*columns)
+    # Fast path: a one-chunk sequence (chunk 1, last) seen once in the round and not waiting in the state
+    # cannot conflict with anything. Everything else (and the waiting chunks of its sequences) takes the
+    # exact path: window functions in arrival order, over few rows.
+    seq_keys = [*ORIGIN_KEYS, "seq"]
+    in_round = accepted_new.groupBy(*seq_keys).agg(F.count("*").alias("in_round"))
+    waiting = pending0.select(*seq_keys).distinct().withColumn("waiting", F.lit(True))
+    shaped = accepted_new.join(in_round, seq_keys).join(waiting, seq_keys, "left")
+    single = (F.col("chunk") == 1) & F.col("last_chunk") & (F.col("in_round") == 1) & F.col("waiting").isNull()
+    routed = shaped.withColumn("fast", single).drop("in_round", "waiting").localCheckpoint()
+    fast = routed.where("fast").drop("fast")
+    slow = routed.where(~F.col("fast")).drop("fast")
+    slow_keys = slow.select(*seq_keys).distinct()
+    arrived = old.join(slow_keys, seq_keys, "left_semi").select(*columns).unionByName(slow)
+    untouched_pending = old.join(slow_keys, seq_keys, "left_anti").select(*columns)
     order = [F.col("is_new"), F.col("reported_at_ms"), F.col("chunk"), F.col("time_ms")]
     by_chunk = Window.partitionBy(*ORIGIN_KEYS, "seq", "chunk").orderBy(*order)
     by_last = Window.partitionBy(*ORIGIN_KEYS, "seq", "last_chunk").orderBy(*order)
@@ -494,16 +508,30 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
         .drop("dup")
         .localCheckpoint()
     )
-    survivors = decided.where(F.col("reason").isNull())
+    own_last = F.when(F.col("last_chunk"), F.col("chunk")).alias("last_number")
+    survivors = (
+        decided.where(F.col("reason").isNull())
+        .select(*columns, "last_number")
+        .unionByName(fast.select(*columns, own_last))
+        .unionByName(untouched_pending.select(*columns, own_last))
+        .localCheckpoint()
+    )
     sequences = survivors.groupBy(*ORIGIN_KEYS, "seq", "committed_seq").agg(
         F.count("*").alias("chunks"), F.max("last_number").alias("last_number")
     )
     complete = sequences.where(F.col("last_number").isNotNull() & (F.col("chunks") == F.col("last_number")))
     in_prefix = F.col("seq") - F.row_number().over(Window.partitionBy(*ORIGIN_KEYS).orderBy("seq"))
     released_seqs = (
-        complete.withColumn("gap", in_prefix).where(F.col("gap") == F.col("committed_seq")).select(*ORIGIN_KEYS, "seq")
+        complete.withColumn("gap", in_prefix)
+        .where(F.col("gap") == F.col("committed_seq"))
+        .select(*ORIGIN_KEYS, "seq", "chunks")
+        .localCheckpoint()
     )
-    released_rows = survivors.join(released_seqs, [*ORIGIN_KEYS, "seq"], "left_semi")
+    progress_nulls = [F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS]
+    released_single = survivors.join(released_seqs.where(F.col("chunks") == 1), seq_keys, "left_semi").select(
+        "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls
+    )
+    released_rows = survivors.join(released_seqs.where(F.col("chunks") > 1), seq_keys, "left_semi")
     per_segment = (
         released_rows.select(*ORIGIN_KEYS, "seq", F.explode("position").alias("segment_id", "offset"))
         .groupBy(*ORIGIN_KEYS, "seq", "segment_id")
@@ -526,8 +554,9 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
             F.coalesce("merged", F.create_map().cast(POSITION)).alias("position"),
             F.when(F.col("has_commit") == 1, MarkKind.COMMIT.value).otherwise(MarkKind.NOTE.value).alias("kind"),
             "reported_at_ms",
-            *[F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS],
+            *progress_nulls,
         )
+        .unionByName(released_single)
     )
     released_counts = released_seqs.groupBy(*ORIGIN_KEYS).agg(F.count("*").alias("released"))
     origins = (
@@ -543,9 +572,7 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
     pending = (
         pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_anti")
         .select(*PENDING_STATE_SCHEMA.fieldNames())
-        .unionByName(
-            survivors.join(released_seqs, [*ORIGIN_KEYS, "seq"], "left_anti").select(*PENDING_STATE_SCHEMA.fieldNames())
-        )
+        .unionByName(survivors.join(released_seqs, seq_keys, "left_anti").select(*PENDING_STATE_SCHEMA.fieldNames()))
     )
     as_mark: list[Column | str] = [
         *[c for c in marks_columns if c != "origin_id"],
