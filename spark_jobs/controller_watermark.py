@@ -467,25 +467,33 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
         .withColumn("is_new", F.lit(0))
     )
     columns = [*PENDING_STATE_SCHEMA.fieldNames(), "committed_seq", "reason", "is_new"]
+    seq_keys = [*ORIGIN_KEYS, "seq"]
     accepted_new = new.where(F.col("reason").isNull()).select(*columns)
     # Fast path: a one-chunk sequence (chunk 1, last) seen once in the round and not waiting in the state
-    # cannot conflict with anything. Everything else (and the waiting chunks of its sequences) takes the
-    # exact path: window functions in arrival order, over few rows.
-    seq_keys = [*ORIGIN_KEYS, "seq"]
-    in_round = accepted_new.groupBy(*seq_keys).agg(F.count("*").alias("in_round"))
-    waiting = pending0.select(*seq_keys).distinct().withColumn("waiting", F.lit(True))
-    shaped = accepted_new.join(in_round, seq_keys).join(waiting, seq_keys, "left")
-    single = (F.col("chunk") == 1) & F.col("last_chunk") & (F.col("in_round") == 1) & F.col("waiting").isNull()
-    routed = shaped.withColumn("fast", single).drop("in_round", "waiting").localCheckpoint()
-    fast = routed.where("fast").drop("fast")
-    slow = routed.where(~F.col("fast")).drop("fast")
-    slow_keys = slow.select(*seq_keys).distinct()
-    arrived = old.join(slow_keys, seq_keys, "left_semi").select(*columns).unionByName(slow)
-    untouched_pending = old.join(slow_keys, seq_keys, "left_anti").select(*columns)
+    # cannot conflict with anything. The other sequences (usually few) and their waiting chunks take the
+    # exact path: window functions in arrival order. The split is decided on narrow columns.
+    per_seq = accepted_new.groupBy(*seq_keys).agg(
+        F.count("*").alias("rows"), F.min(((F.col("chunk") == 1) & F.col("last_chunk")).cast("int")).alias("lone")
+    )
+    slow_keys = (
+        per_seq.where((F.col("rows") > 1) | (F.col("lone") == 0))
+        .select(*seq_keys)
+        .union(per_seq.join(pending0.select(*seq_keys).distinct(), seq_keys, "left_semi").select(*seq_keys))
+        .distinct()
+        .withColumn("slow", F.lit(True))
+        .localCheckpoint()
+    )
+    routed = accepted_new.join(F.broadcast(slow_keys), seq_keys, "left")
+    fast = routed.where(F.col("slow").isNull()).drop("slow")
+    slow = routed.where(F.col("slow").isNotNull()).drop("slow")
+    arrived = old.join(F.broadcast(slow_keys), seq_keys, "left_semi").select(*columns).unionByName(slow)
+    untouched_pending = old.join(F.broadcast(slow_keys), seq_keys, "left_anti").select(*columns)
     order = [F.col("is_new"), F.col("reported_at_ms"), F.col("chunk"), F.col("time_ms")]
-    by_chunk = Window.partitionBy(*ORIGIN_KEYS, "seq", "chunk").orderBy(*order)
-    by_last = Window.partitionBy(*ORIGIN_KEYS, "seq", "last_chunk").orderBy(*order)
-    by_seq = Window.partitionBy(*ORIGIN_KEYS, "seq")
+    by_chunk = Window.partitionBy(*seq_keys, "chunk").orderBy(*order)
+    by_last = Window.partitionBy(*seq_keys, "last_chunk").orderBy(*order)
+    by_seq = Window.partitionBy(*seq_keys)
+    if slow_keys.isEmpty():  # the common case: every sequence of the round takes the fast path
+        arrived = arrived.limit(0)
     deduped = arrived.withColumn("dup", F.row_number().over(by_chunk) > 1)
     first = deduped.where(~F.col("dup"))
     lasts = first.withColumn("extra_last", F.col("last_chunk") & (F.row_number().over(by_last) > 1))
@@ -509,44 +517,53 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
         .localCheckpoint()
     )
     own_last = F.when(F.col("last_chunk"), F.col("chunk")).alias("last_number")
-    survivors = (
+    # the chunks that are not fast and survived: checked ones and the waiting ones of untouched sequences
+    others = (
         decided.where(F.col("reason").isNull())
         .select(*columns, "last_number")
-        .unionByName(fast.select(*columns, own_last))
         .unionByName(untouched_pending.select(*columns, own_last))
-        .localCheckpoint()
     )
-    sequences = survivors.groupBy(*ORIGIN_KEYS, "seq", "committed_seq").agg(
+    other_sequences = others.groupBy(*seq_keys, "committed_seq").agg(
         F.count("*").alias("chunks"), F.max("last_number").alias("last_number")
     )
-    complete = sequences.where(F.col("last_number").isNotNull() & (F.col("chunks") == F.col("last_number")))
-    in_prefix = F.col("seq") - F.row_number().over(Window.partitionBy(*ORIGIN_KEYS).orderBy("seq"))
-    released_seqs = (
-        complete.withColumn("gap", in_prefix)
-        .where(F.col("gap") == F.col("committed_seq"))
-        .select(*ORIGIN_KEYS, "seq", "chunks")
-        .localCheckpoint()
+    complete = (
+        other_sequences.where(F.col("last_number").isNotNull() & (F.col("chunks") == F.col("last_number")))
+        .select(*seq_keys, "committed_seq")
+        .unionByName(fast.select(*seq_keys, "committed_seq"))
     )
+    # released = the complete sequences continuing the committed one without a gap: seq - rank == committed
+    rank = F.row_number().over(Window.partitionBy(*ORIGIN_KEYS).orderBy("seq"))
+    prefix_ends = (
+        complete.withColumn("gap", F.col("seq") - rank)
+        .where(F.col("gap") == F.col("committed_seq"))
+        .groupBy(*ORIGIN_KEYS)
+        .agg(F.max("seq").alias("prefix_end"))
+        .localCheckpoint()
+    )  # one row per origin that advanced
+    ends = F.broadcast(prefix_ends)
+    is_released = F.col("prefix_end").isNotNull() & (F.col("seq") <= F.col("prefix_end"))
     progress_nulls = [F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS]
-    released_single = survivors.join(released_seqs.where(F.col("chunks") == 1), seq_keys, "left_semi").select(
+    fast_marked = fast.join(ends, ORIGIN_KEYS, "left")
+    others_marked = others.join(ends, ORIGIN_KEYS, "left")
+    released_fast = fast_marked.where(is_released).select(
         "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls
     )
-    released_rows = survivors.join(released_seqs.where(F.col("chunks") > 1), seq_keys, "left_semi")
+    released_rows = others_marked.where(is_released)
     per_segment = (
-        released_rows.select(*ORIGIN_KEYS, "seq", F.explode("position").alias("segment_id", "offset"))
-        .groupBy(*ORIGIN_KEYS, "seq", "segment_id")
+        released_rows.select(*seq_keys, F.explode("position").alias("segment_id", "offset"))
+        .groupBy(*seq_keys, "segment_id")
         .agg(F.max("offset").alias("offset"))
-        .groupBy(*ORIGIN_KEYS, "seq")
+        .groupBy(*seq_keys)
         .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("merged"))
     )
     released = (
-        released_rows.groupBy(*ORIGIN_KEYS, "seq")
+        released_rows.groupBy(*seq_keys)
         .agg(
             F.max("time_ms").alias("time_ms"),
             F.max("reported_at_ms").alias("reported_at_ms"),
             F.max((F.col("kind") == MarkKind.COMMIT.value).cast("int")).alias("has_commit"),
         )
-        .join(per_segment, [*ORIGIN_KEYS, "seq"], "left")
+        .join(per_segment, seq_keys, "left")
         .select(
             "stream",
             "writer_id",
@@ -556,23 +573,24 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
             "reported_at_ms",
             *progress_nulls,
         )
-        .unionByName(released_single)
+        .unionByName(released_fast)
     )
-    released_counts = released_seqs.groupBy(*ORIGIN_KEYS).agg(F.count("*").alias("released"))
     origins = (
-        origins0.join(released_counts, ORIGIN_KEYS, "full")
+        origins0.join(prefix_ends, ORIGIN_KEYS, "full")
         .select(
             *ORIGIN_KEYS,
-            (F.coalesce("committed_seq", F.lit(0)) + F.coalesce("released", F.lit(0)))
+            F.greatest(F.coalesce("committed_seq", F.lit(0)), F.coalesce("prefix_end", F.lit(0)))
             .cast(LongType())
             .alias("committed_seq"),
         )
         .where(F.col("committed_seq") > 0)
     )
+    pending_columns = PENDING_STATE_SCHEMA.fieldNames()
     pending = (
         pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_anti")
-        .select(*PENDING_STATE_SCHEMA.fieldNames())
-        .unionByName(survivors.join(released_seqs, seq_keys, "left_anti").select(*PENDING_STATE_SCHEMA.fieldNames()))
+        .select(*pending_columns)
+        .unionByName(fast_marked.where(~is_released).select(*pending_columns))
+        .unionByName(others_marked.where(~is_released).select(*pending_columns))
     )
     as_mark: list[Column | str] = [
         *[c for c in marks_columns if c != "origin_id"],
