@@ -414,6 +414,18 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
     sequenced marks of a round are usually few (they are out-of-order arrivals' bookkeeping), so the frame
     is checkpointed once and read by every output below.
     """
+    spark = sequenced.sparkSession
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    # per-sequence aggregations and sorts can be as large as the marks themselves: not the small frames the
+    # rest of the round sizes its shuffles for (restored below)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(64, int(shuffle_partitions or 0))))
+    try:
+        return _advance_origins(sequenced, origins0, pending0, segments)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+
+
+def _advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> _Progress:
     known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
     unknown_segment = (
         F.size(
