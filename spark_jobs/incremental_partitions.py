@@ -254,16 +254,14 @@ class Job:
 
     def rows_read(self) -> dict[tuple[str, str], int]:
         rows, _ = self.rows(self.units)
-        # one row per work unit of the plan: small
-        counts = rows.groupBy(*PARTITION_COLUMNS).count().collect()
+        counts = rows.groupBy(*PARTITION_COLUMNS).count().collect()  # one row per work unit of the plan: small
         return {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counts}
 
     def quarantine(self) -> dict[str, int]:
         _, bad = self.rows(self.units)
         target = f"{self.args.round_out}/quarantine"
         bad.write.mode("overwrite").parquet(target)
-        # one row per reason: small
-        counts = self.spark.read.parquet(target).groupBy("reason").count().collect()
+        counts = self.spark.read.parquet(target).groupBy("reason").count().collect()  # one row per reason: small
         return {r["reason"]: int(r["count"]) for r in counts}
 
     def _output(self, units: list[dict[str, Any]]) -> DataFrame:
