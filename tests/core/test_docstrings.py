@@ -6,10 +6,19 @@ import doctest
 
 import pytest
 
-from airflow_provider_wm.core import coalescing, controller, partitions, progress, reader, segments
+from airflow_provider_wm.core import (
+    coalescing,
+    controller,
+    partitions,
+    progress,
+    reader,
+    segments,
+    windowing,
+    windows,
+)
 
 
-@pytest.mark.parametrize("module", [coalescing, controller, partitions, progress, reader, segments])
+@pytest.mark.parametrize("module", [coalescing, controller, partitions, progress, reader, segments, windowing, windows])
 def test_docstring_examples_hold(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

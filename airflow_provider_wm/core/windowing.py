@@ -1,0 +1,498 @@
+"""Windowed aggregation across DAG runs (Apache Apex windowed operator, Beam/Flink triggers): the reference.
+
+Each DAG run is one firing opportunity. A run gets the events that arrived since the previous run and the
+state of the open windows, and returns panes, too-late events and the next state.
+
+Rules, in the order a run applies them (``W_prev`` is the previous run's watermark, ``L`` the allowed
+lateness):
+
+1. **Sanity.** An event without a time, or with a negative one, is quarantined ``INVALID_EVENT_TIME``.
+2. **Too late.** An event with ``t < W_prev - L`` is not aggregated: it goes to the late-data output with
+   reason ``TOO_LATE`` and is counted (Flink's side output for late data).
+3. **Watermark.** ``W`` is the stream's watermark from the store (:class:`StoreWatermark`) or the highest
+   event time seen so far minus a delay (:class:`BoundedOutOfOrderness`); never lower than ``W_prev``.
+   ``W`` means that every event with a time below ``W`` has arrived.
+4. **Assignment.** Every other event is added to the partial aggregates of its windows (per key), which
+   become *dirty* (data since their last firing). Session windows of a key merge when they overlap; a
+   merged session is a new window: dirty, not yet fired, and (retracting) it owes the retraction of every
+   pane its members fired.
+5. **Firing.** A window ``[s, e)`` is complete when ``W >= e``. A complete window that has not fired
+   ON_TIME fires its ON_TIME pane (even an empty one under DISCARDING). A complete, dirty window fires a
+   LATE pane (``late_firing``; when it is off, one LATE pane when the window is purged). An incomplete,
+   dirty window fires an EARLY pane (``early_firing``). Pane indexes count a window's firings from 0.
+6. **Accumulation.** DISCARDING: a pane holds the data since the window's last firing. ACCUMULATING (the
+   default): everything so far. ACCUMULATING_AND_RETRACTING: as accumulating, and before the pane a
+   retraction row (``retraction = True``) repeats each pane it replaces: the window's own last pane and
+   the last panes of the sessions merged into it. ``fire_only_updated_panes`` skips a pane equal to the
+   window's last one (accumulating modes only).
+7. **Purge.** After firing, a window with ``e <= W - L`` is dropped from the state.
+
+Worked example (tumbling 1000 ms, lateness 1000 ms, watermark from the store):
+
+>>> from airflow_provider_wm.core.windows import Tumbling
+>>> spec = AggregationSpec(Tumbling(1000), (Aggregate("v", "sum", "v"),), keys=(),
+...                        watermark=StoreWatermark("s"), allowed_lateness_ms=1000)
+>>> r1 = run(spec, AggregationState(), [Event(100, (), {"v": 2}), Event(200, (), {"v": 3})], 1200)
+>>> [(p.window, p.timing.value, p.values) for p in r1.panes]
+[(Window(start=0, end=1000), 'ON_TIME', (5,))]
+>>> r2 = run(spec, r1.state, [Event(900, (), {"v": 4})], 3000)
+>>> [(p.timing.value, p.values) for p in r2.panes], r2.state.windows
+([('LATE', (9,))], ())
+>>> r3 = run(spec, r2.state, [Event(120, (), {"v": 5})], 3000)
+>>> r3.panes, [(e.time_ms, reason) for e, reason in r3.late]
+([], [(120, 'TOO_LATE')])
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from airflow_provider_wm.core.windows import Session, Window, WindowFn, merge_sessions
+
+__all__ = [
+    "Accumulation",
+    "Aggregate",
+    "AggregationSpec",
+    "AggregationState",
+    "BoundedOutOfOrderness",
+    "Event",
+    "FiredPane",
+    "LateReason",
+    "Pane",
+    "RunResult",
+    "SqlAggregate",
+    "StoreWatermark",
+    "Timing",
+    "WindowState",
+    "next_watermark",
+    "run",
+]
+
+
+class Accumulation(enum.StrEnum):
+    DISCARDING = "DISCARDING"
+    ACCUMULATING = "ACCUMULATING"
+    ACCUMULATING_AND_RETRACTING = "ACCUMULATING_AND_RETRACTING"
+
+
+class Timing(enum.StrEnum):
+    EARLY = "EARLY"
+    ON_TIME = "ON_TIME"
+    LATE = "LATE"
+
+
+class LateReason(enum.StrEnum):
+    INVALID_EVENT_TIME = "INVALID_EVENT_TIME"
+    TOO_LATE = "TOO_LATE"
+
+
+BUILTIN_FUNCTIONS = ("count", "sum", "min", "max", "avg")
+OUTPUT_COLUMNS = ("window_start", "window_end", "pane", "pane_index", "retraction", "watermark_ms", "run_id")
+"""Columns every pane row has; an aggregate or key may not use these names."""
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _identifier(value: Any, argument: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(f"{argument}={value!r} must be a column name (letters, digits, _)")
+    return value
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A built-in aggregate: ``count`` (of rows, or of non-null ``column``), ``sum``, ``min``, ``max``,
+    ``avg`` of ``column``; nulls are ignored, as in SQL.
+
+    >>> Aggregate("n", "count")
+    Aggregate(name='n', function='count', column=None)
+    >>> Aggregate("total", "median", "amount")
+    Traceback (most recent call last):
+    ...
+    ValueError: aggregates[total].function='median' must be one of count, sum, min, max, avg (or use SqlAggregate)
+    """
+
+    name: str
+    function: str
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        _identifier(self.name, "aggregates[].name")
+        if self.function not in BUILTIN_FUNCTIONS:
+            raise ValueError(
+                f"aggregates[{self.name}].function={self.function!r} must be one of {', '.join(BUILTIN_FUNCTIONS)} "
+                "(or use SqlAggregate)"
+            )
+        if self.column is None and self.function != "count":
+            raise ValueError(f"aggregates[{self.name}]: {self.function} needs a column")
+        if self.column is not None:
+            _identifier(self.column, f"aggregates[{self.name}].column")
+
+    # partial aggregates: count -> int; sum, min, max -> value or None; avg -> (sum or None, count)
+
+    def empty(self) -> Any:
+        return {"count": 0, "avg": (None, 0)}.get(self.function)
+
+    def of(self, values: Mapping[str, Any]) -> Any:
+        """The partial of one event."""
+        if self.column is None:
+            return 1
+        value = values.get(self.column)
+        if self.function == "count":
+            return 0 if value is None else 1
+        if self.function == "avg":
+            return (value, 0 if value is None else 1)
+        return value
+
+    def merge(self, a: Any, b: Any) -> Any:
+        if self.function == "count":
+            return a + b
+        if self.function == "avg":
+            return (_merge_nullable(a[0], b[0], _add), a[1] + b[1])
+        return _merge_nullable(a, b, {"sum": _add, "min": min, "max": max}[self.function])
+
+    def finish(self, partial: Any) -> Any:
+        if self.function == "avg":
+            total, count = partial
+            return None if not count else total / count
+        return partial
+
+
+def _add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+def _merge_nullable(a: Any, b: Any, combine: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return combine(a, b)
+
+
+@dataclass(frozen=True)
+class SqlAggregate:
+    """A user-supplied mergeable aggregate, evaluated by Spark only (the reference covers the built-ins).
+
+    ``partial`` aggregates a run's events of a window; ``merge`` aggregates partials (``{partial}`` stands
+    for the partial column); ``final`` turns the merged partial into the pane's value. Example, distinct
+    users with mergeable sketches::
+
+        SqlAggregate("users", partial="hll_sketch_agg(user_id)", merge="hll_union_agg({partial})",
+                     final="hll_sketch_estimate({partial})")
+    """
+
+    name: str
+    partial: str
+    merge: str
+    final: str = "{partial}"
+
+    def __post_init__(self) -> None:
+        _identifier(self.name, "aggregates[].name")
+        for argument in ("partial", "merge", "final"):
+            value = getattr(self, argument)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"aggregates[{self.name}].{argument}={value!r} must be a Spark SQL expression")
+        for argument in ("merge", "final"):
+            if "{partial}" not in getattr(self, argument):
+                raise ValueError(
+                    f"aggregates[{self.name}].{argument}={getattr(self, argument)!r} must refer to {{partial}}"
+                )
+
+
+@dataclass(frozen=True)
+class StoreWatermark:
+    """The watermark is a stream's watermark in the store (the controller's lower time)."""
+
+    stream: str
+    wm_key: str | None = None
+
+
+@dataclass(frozen=True)
+class BoundedOutOfOrderness:
+    """The watermark is the highest event time seen so far minus ``max_delay_ms``."""
+
+    max_delay_ms: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_delay_ms, bool) or not isinstance(self.max_delay_ms, int) or self.max_delay_ms < 0:
+            raise ValueError(f"watermark max_delay_ms={self.max_delay_ms!r} must be milliseconds >= 0")
+
+
+WatermarkPolicy = StoreWatermark | BoundedOutOfOrderness
+
+
+@dataclass(frozen=True)
+class AggregationSpec:
+    """What to aggregate and when to fire; validated at construction.
+
+    >>> AggregationSpec(Session(2000), (Aggregate("n", "count"),), keys=(), watermark=BoundedOutOfOrderness(0))
+    Traceback (most recent call last):
+    ...
+    ValueError: window=Session(gap_ms=2000) is keyed only: give keys
+    >>> AggregationSpec(Session(2000), (Aggregate("n", "count"),), keys=("k",), watermark=BoundedOutOfOrderness(0),
+    ...                 accumulation=Accumulation.DISCARDING, fire_only_updated_panes=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: fire_only_updated_panes=True is invalid with accumulation=DISCARDING: every pane holds new data
+    """
+
+    window: WindowFn
+    aggregates: tuple[Aggregate | SqlAggregate, ...]
+    keys: tuple[str, ...]
+    watermark: WatermarkPolicy
+    allowed_lateness_ms: int = 0
+    accumulation: Accumulation = Accumulation.ACCUMULATING
+    early_firing: bool = False
+    late_firing: bool = True
+    fire_only_updated_panes: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.window, WindowFn):
+            raise ValueError(f"window={self.window!r} must be a Tumbling, Sliding, Session or Global window")
+        if not self.aggregates:
+            raise ValueError("aggregates=() must name at least one aggregate")
+        for aggregate in self.aggregates:
+            if not isinstance(aggregate, Aggregate | SqlAggregate):
+                raise ValueError(f"aggregates: {aggregate!r} is not an Aggregate or SqlAggregate")
+        keys = [_identifier(k, "keys[]") for k in self.keys]
+        names = [a.name for a in self.aggregates] + keys
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"aggregates and keys: the names {duplicates} are used twice")
+        reserved = sorted(set(names) & set(OUTPUT_COLUMNS))
+        if reserved:
+            raise ValueError(f"aggregates and keys: {reserved} are output columns of every pane; rename them")
+        if isinstance(self.window, Session) and not self.keys:
+            raise ValueError(f"window={self.window!r} is keyed only: give keys")
+        if not isinstance(self.watermark, StoreWatermark | BoundedOutOfOrderness):
+            raise ValueError(f"watermark={self.watermark!r} must be StoreWatermark or BoundedOutOfOrderness")
+        lateness = self.allowed_lateness_ms
+        if isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0:
+            raise ValueError(f"allowed_lateness_ms={lateness!r} must be milliseconds >= 0")
+        if not isinstance(self.accumulation, Accumulation):
+            raise ValueError(f"accumulation={self.accumulation!r} must be one of {[a.value for a in Accumulation]}")
+        if self.fire_only_updated_panes and self.accumulation is Accumulation.DISCARDING:
+            raise ValueError(
+                "fire_only_updated_panes=True is invalid with accumulation=DISCARDING: every pane holds new data"
+            )
+
+    @property
+    def retracting(self) -> bool:
+        return self.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
+
+    def builtin_aggregates(self) -> tuple[Aggregate, ...]:
+        if any(isinstance(a, SqlAggregate) for a in self.aggregates):
+            raise NotImplementedError("SQL aggregates are evaluated by Spark only")
+        return tuple(a for a in self.aggregates if isinstance(a, Aggregate))
+
+
+@dataclass(frozen=True)
+class Event:
+    time_ms: int | None
+    key: tuple[Any, ...]
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FiredPane:
+    """A pane as fired: what a retraction repeats."""
+
+    window: Window
+    timing: Timing
+    index: int
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class WindowState:
+    key: tuple[Any, ...]
+    window: Window
+    partial: tuple[Any, ...]
+    dirty: bool = False
+    on_time_fired: bool = False
+    last_pane: FiredPane | None = None
+    owed: tuple[FiredPane, ...] = ()
+
+
+@dataclass(frozen=True)
+class AggregationState:
+    watermark_ms: int | None = None
+    max_event_time_ms: int | None = None
+    windows: tuple[WindowState, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pane:
+    key: tuple[Any, ...]
+    window: Window
+    values: tuple[Any, ...]
+    timing: Timing
+    index: int
+    retraction: bool
+    watermark_ms: int | None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    panes: list[Pane]
+    late: list[tuple[Event, str]]
+    state: AggregationState
+    watermark_ms: int | None
+
+    def pane_counts(self) -> dict[str, int]:
+        counts = {t.value: 0 for t in Timing} | {"RETRACTION": 0}
+        for pane in self.panes:
+            counts["RETRACTION" if pane.retraction else pane.timing.value] += 1
+        return counts
+
+
+def next_watermark(
+    policy: WatermarkPolicy, previous_ms: int | None, max_event_time_ms: int | None, source_ms: int | None
+) -> int | None:
+    """Rule 3: the run's watermark, never below the previous one.
+
+    >>> next_watermark(BoundedOutOfOrderness(60_000), 100_000, 150_000, None)
+    100000
+    >>> next_watermark(StoreWatermark("orders"), None, None, 5)
+    5
+    """
+    if isinstance(policy, BoundedOutOfOrderness):
+        candidate = None if max_event_time_ms is None else max_event_time_ms - policy.max_delay_ms
+    else:
+        candidate = source_ms
+    values = [v for v in (previous_ms, candidate) if v is not None]
+    return max(values) if values else None
+
+
+def run(
+    spec: AggregationSpec,
+    state: AggregationState,
+    events: Iterable[Event],
+    source_watermark_ms: int | None = None,
+) -> RunResult:
+    """One run: rules 1-7 of the module docstring. ``source_watermark_ms`` is the store's watermark
+    (:class:`StoreWatermark`); it is ignored under :class:`BoundedOutOfOrderness`."""
+    aggregates = spec.builtin_aggregates()
+    horizon = None if state.watermark_ms is None else state.watermark_ms - spec.allowed_lateness_ms
+    late: list[tuple[Event, str]] = []
+    accepted: list[Event] = []
+    max_seen = state.max_event_time_ms
+    for event in events:
+        t = event.time_ms
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            late.append((event, LateReason.INVALID_EVENT_TIME.value))
+            continue
+        max_seen = t if max_seen is None else max(max_seen, t)
+        if horizon is not None and t < horizon:
+            late.append((event, LateReason.TOO_LATE.value))
+        else:
+            accepted.append(event)
+    watermark = next_watermark(spec.watermark, state.watermark_ms, max_seen, source_watermark_ms)
+
+    windows = _assign(spec, aggregates, state.windows, accepted)
+    panes: list[Pane] = []
+    kept: list[WindowState] = []
+    for ws in sorted(windows, key=lambda w: (w.window, repr(w.key))):
+        complete = watermark is not None and watermark >= ws.window.end
+        purged = watermark is not None and ws.window.end <= watermark - spec.allowed_lateness_ms
+        fired, ws = _fire(spec, aggregates, ws, complete, purged, watermark)
+        panes.extend(fired)
+        if not purged:
+            kept.append(ws)
+    return RunResult(panes, late, AggregationState(watermark, max_seen, tuple(kept)), watermark)
+
+
+def _partial_of(aggregates: Sequence[Aggregate], events: Iterable[Event]) -> tuple[Any, ...]:
+    partial = tuple(a.empty() for a in aggregates)
+    for event in events:
+        partial = _merge(aggregates, partial, tuple(a.of(event.values) for a in aggregates))
+    return partial
+
+
+def _merge(aggregates: Sequence[Aggregate], a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(agg.merge(x, y) for agg, x, y in zip(aggregates, a, b, strict=True))
+
+
+def _assign(
+    spec: AggregationSpec, aggregates: Sequence[Aggregate], stored: Sequence[WindowState], events: Sequence[Event]
+) -> list[WindowState]:
+    """Rule 4: the windows after adding the run's events."""
+    if not spec.window.merging:
+        by_window: dict[tuple[Any, Window], WindowState] = {(w.key, w.window): w for w in stored}
+        new: dict[tuple[Any, Window], list[Event]] = defaultdict(list)
+        for event in events:
+            for window in spec.window.assign(event.time_ms):  # type: ignore[arg-type]
+                new[(event.key, window)].append(event)
+        for (key, window), members in new.items():
+            partial = _partial_of(aggregates, members)
+            old = by_window.get((key, window))
+            if old is None:
+                by_window[(key, window)] = WindowState(key, window, partial, dirty=True)
+            else:
+                by_window[(key, window)] = replace(old, partial=_merge(aggregates, old.partial, partial), dirty=True)
+        return list(by_window.values())
+
+    sessions: dict[Any, list[WindowState]] = defaultdict(list)
+    arrivals: dict[Any, list[Event]] = defaultdict(list)
+    for ws in stored:
+        sessions[ws.key].append(ws)
+    for event in events:
+        arrivals[event.key].append(event)
+    result: list[WindowState] = []
+    for key in [*sessions, *(k for k in arrivals if k not in sessions)]:
+        old, new_events = sessions.get(key, []), arrivals.get(key, [])
+        intervals = [w.window for w in old] + [spec.window.assign(e.time_ms)[0] for e in new_events]  # type: ignore[arg-type]
+        for merged, members in merge_sessions(intervals):
+            old_members = [old[i] for i in members if i < len(old)]
+            event_members = [new_events[i - len(old)] for i in members if i >= len(old)]
+            partial = _partial_of(aggregates, event_members)
+            if len(old_members) == 1 and old_members[0].window == merged:
+                only = old_members[0]
+                if event_members:
+                    only = replace(only, partial=_merge(aggregates, only.partial, partial), dirty=True)
+                result.append(only)
+                continue
+            for member in old_members:
+                partial = _merge(aggregates, member.partial, partial)
+            owed: tuple[FiredPane, ...] = ()
+            if spec.retracting:
+                owed = tuple(p for m in old_members for p in (*m.owed, *((m.last_pane,) if m.last_pane else ())))
+            result.append(WindowState(key, merged, partial, dirty=True, owed=owed))
+    return result
+
+
+def _fire(
+    spec: AggregationSpec,
+    aggregates: Sequence[Aggregate],
+    ws: WindowState,
+    complete: bool,
+    purged: bool,
+    watermark: int | None,
+) -> tuple[list[Pane], WindowState]:
+    """Rules 5 and 6 for one window: its rows of this run and its state after them."""
+    if complete and not ws.on_time_fired:
+        timing = Timing.ON_TIME
+    elif complete and ws.dirty and (spec.late_firing or purged):
+        timing = Timing.LATE
+    elif not complete and ws.dirty and spec.early_firing:
+        timing = Timing.EARLY
+    else:
+        return [], ws
+    values = tuple(a.finish(p) for a, p in zip(aggregates, ws.partial, strict=True))
+    after = replace(ws, dirty=False, on_time_fired=ws.on_time_fired or timing is Timing.ON_TIME)
+    last = ws.last_pane
+    if spec.fire_only_updated_panes and not ws.owed and last is not None and last.values == values:
+        return [], after
+    rows: list[Pane] = []
+    if spec.retracting:
+        for old in (*ws.owed, *((last,) if last else ())):
+            rows.append(Pane(ws.key, old.window, old.values, old.timing, old.index, True, watermark))
+    index = 0 if last is None else last.index + 1
+    rows.append(Pane(ws.key, ws.window, values, timing, index, False, watermark))
+    partial = tuple(a.empty() for a in aggregates) if spec.accumulation is Accumulation.DISCARDING else ws.partial
+    return rows, replace(after, partial=partial, last_pane=FiredPane(ws.window, timing, index, values), owed=())

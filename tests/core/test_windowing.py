@@ -1,0 +1,382 @@
+"""Windowed aggregation across runs: the issue's worked examples, each rule, and properties over random runs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_wm.core.windowing import (
+    Accumulation,
+    Aggregate,
+    AggregationSpec,
+    AggregationState,
+    BoundedOutOfOrderness,
+    Event,
+    SqlAggregate,
+    StoreWatermark,
+    Timing,
+    next_watermark,
+    run,
+)
+from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window, merge_sessions
+
+SUM_V = (Aggregate("v", "sum", "v"),)
+
+
+def tumbling_spec(accumulation: Accumulation, **kwargs: Any) -> AggregationSpec:
+    return AggregationSpec(
+        Tumbling(1000),
+        SUM_V,
+        keys=(),
+        watermark=StoreWatermark("s"),
+        allowed_lateness_ms=1000,
+        accumulation=accumulation,
+        **kwargs,
+    )
+
+
+def rows(result):
+    return [(p.window.start, p.window.end, p.timing.value, p.index, p.retraction, p.values) for p in result.panes]
+
+
+@pytest.mark.parametrize(
+    ("accumulation", "run2"),
+    [
+        (Accumulation.ACCUMULATING, [(0, 1000, "LATE", 1, False, (9,))]),
+        (Accumulation.DISCARDING, [(0, 1000, "LATE", 1, False, (4,))]),
+        (
+            Accumulation.ACCUMULATING_AND_RETRACTING,
+            [(0, 1000, "ON_TIME", 0, True, (5,)), (0, 1000, "LATE", 1, False, (9,))],
+        ),
+    ],
+)
+def test_worked_example_on_time_then_late_then_too_late(accumulation, run2):
+    spec = tumbling_spec(accumulation)
+    r1 = run(spec, AggregationState(), [Event(100, (), {"v": 2}), Event(200, (), {"v": 3})], 1200)
+    assert rows(r1) == [(0, 1000, "ON_TIME", 0, False, (5,))]
+    r2 = run(spec, r1.state, [Event(900, (), {"v": 4})], 3000)
+    assert rows(r2) == run2
+    assert r2.state.windows == ()  # purged: 1000 <= 3000 - 1000
+    r3 = run(spec, r2.state, [Event(120, (), {"v": 5})], 3000)
+    assert r3.panes == [] and [(e.time_ms, why) for e, why in r3.late] == [(120, "TOO_LATE")]
+
+
+def test_worked_example_session_merge_retracts_both_sessions():
+    spec = AggregationSpec(
+        Session(2000),
+        SUM_V,
+        keys=("k",),
+        watermark=StoreWatermark("s"),
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING,
+        early_firing=True,
+    )
+    r1 = run(spec, AggregationState(), [Event(1100, ("a",), {"v": 2}), Event(2000, ("a",), {"v": 3})], 0)
+    assert rows(r1) == [(1100, 4000, "EARLY", 0, False, (5,))]
+    r2 = run(spec, r1.state, [Event(5000, ("a",), {"v": 4})], 0)
+    assert rows(r2) == [(5000, 7000, "EARLY", 0, False, (4,))]
+    r3 = run(spec, r2.state, [Event(3500, ("a",), {"v": 3})], 0)
+    assert rows(r3) == [
+        (1100, 4000, "EARLY", 0, True, (5,)),
+        (5000, 7000, "EARLY", 0, True, (4,)),
+        (1100, 7000, "EARLY", 0, False, (12,)),
+    ]
+
+
+def test_a_merged_session_that_does_not_fire_keeps_owing_its_retractions():
+    spec = AggregationSpec(
+        Session(10),
+        SUM_V,
+        keys=("k",),
+        watermark=StoreWatermark("s"),
+        allowed_lateness_ms=100,
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING,
+    )
+    r1 = run(spec, AggregationState(), [Event(0, ("a",), {"v": 1})], 20)  # [0, 10) complete
+    assert rows(r1) == [(0, 10, "ON_TIME", 0, False, (1,))]
+    r2 = run(spec, r1.state, [Event(5, ("a",), {"v": 2})], 20)  # extends to [0, 15): complete, new window
+    assert rows(r2) == [(0, 10, "ON_TIME", 0, True, (1,)), (0, 15, "ON_TIME", 0, False, (3,))]
+    r3 = run(spec, r2.state, [Event(14, ("a",), {"v": 4})], 20)  # [0, 24): incomplete, no early firing
+    assert rows(r3) == []
+    r4 = run(spec, r3.state, [], 30)
+    assert rows(r4) == [(0, 15, "ON_TIME", 0, True, (3,)), (0, 24, "ON_TIME", 0, False, (7,))]
+
+
+def test_early_panes_fire_only_for_windows_with_new_data():
+    spec = AggregationSpec(
+        Tumbling(10), (Aggregate("n", "count"),), keys=(), watermark=StoreWatermark("s"), early_firing=True
+    )
+    r1 = run(spec, AggregationState(), [Event(1, ()), Event(12, ())], None)
+    assert rows(r1) == [(0, 10, "EARLY", 0, False, (1,)), (10, 20, "EARLY", 0, False, (1,))]
+    r2 = run(spec, r1.state, [Event(13, ())], 10)
+    assert rows(r2) == [(0, 10, "ON_TIME", 1, False, (1,)), (10, 20, "EARLY", 1, False, (2,))]
+
+
+def test_discarding_on_time_pane_after_early_firings_is_empty_but_fires():
+    spec = AggregationSpec(
+        Tumbling(10),
+        (Aggregate("n", "count"), Aggregate("s", "sum", "v"), Aggregate("a", "avg", "v")),
+        keys=(),
+        watermark=StoreWatermark("s"),
+        accumulation=Accumulation.DISCARDING,
+        early_firing=True,
+    )
+    r1 = run(spec, AggregationState(), [Event(1, (), {"v": 4})], None)
+    r2 = run(spec, r1.state, [], 10)
+    assert rows(r2) == [(0, 10, "ON_TIME", 1, False, (0, None, None))]
+
+
+def test_fire_only_updated_panes_skips_an_unchanged_pane_but_counts_the_on_time_firing():
+    spec = AggregationSpec(
+        Tumbling(10),
+        (Aggregate("m", "max", "v"),),
+        keys=(),
+        watermark=StoreWatermark("s"),
+        allowed_lateness_ms=100,
+        early_firing=True,
+        fire_only_updated_panes=True,
+    )
+    r1 = run(spec, AggregationState(), [Event(1, (), {"v": 4})], None)
+    r2 = run(spec, r1.state, [], 10)  # ON_TIME pane would repeat the EARLY one
+    assert rows(r2) == [] and r2.state.windows[0].on_time_fired
+    r3 = run(spec, r2.state, [Event(2, (), {"v": 3})], 10)  # max unchanged: skipped again
+    r4 = run(spec, r3.state, [Event(3, (), {"v": 9})], 10)
+    assert rows(r3) == [] and rows(r4) == [(0, 10, "LATE", 1, False, (9,))]
+
+
+def test_without_late_firing_late_data_fires_once_when_the_window_is_purged():
+    spec = AggregationSpec(
+        Tumbling(10), SUM_V, keys=(), watermark=StoreWatermark("s"), allowed_lateness_ms=20, late_firing=False
+    )
+    r1 = run(spec, AggregationState(), [Event(1, (), {"v": 1})], 10)
+    r2 = run(spec, r1.state, [Event(2, (), {"v": 2})], 15)
+    r3 = run(spec, r2.state, [Event(3, (), {"v": 3})], 20)
+    r4 = run(spec, r3.state, [], 30)
+    assert rows(r1) == [(0, 10, "ON_TIME", 0, False, (1,))]
+    assert rows(r2) == rows(r3) == []
+    assert rows(r4) == [(0, 10, "LATE", 1, False, (6,))] and r4.state.windows == ()
+
+
+def test_keys_are_aggregated_independently_and_nulls_are_ignored_like_sql():
+    spec = AggregationSpec(
+        Tumbling(10),
+        (
+            Aggregate("n", "count"),
+            Aggregate("nv", "count", "v"),
+            Aggregate("lo", "min", "v"),
+            Aggregate("a", "avg", "v"),
+        ),
+        keys=("k",),
+        watermark=BoundedOutOfOrderness(0),
+    )
+    events = [Event(1, ("a",), {"v": 3}), Event(2, ("a",), {"v": None}), Event(3, ("b",), {"v": 1}), Event(11, ("a",))]
+    result = run(spec, AggregationState(), events)
+    assert {(p.key, p.window.start): p.values for p in result.panes} == {
+        (("a",), 0): (2, 1, 3, 3.0),
+        (("b",), 0): (1, 1, 1, 1.0),
+    }
+    assert result.watermark_ms == 11
+
+
+def test_invalid_event_times_are_quarantined_not_aggregated():
+    spec = AggregationSpec(Tumbling(10), SUM_V, keys=(), watermark=BoundedOutOfOrderness(0))
+    result = run(
+        spec, AggregationState(), [Event(None, (), {"v": 1}), Event(-5, (), {"v": 1}), Event(15, (), {"v": 2})]
+    )
+    assert [why for _, why in result.late] == ["INVALID_EVENT_TIME", "INVALID_EVENT_TIME"]
+    assert result.state.max_event_time_ms == 15
+
+
+def test_global_window_fires_only_early_panes():
+    spec = AggregationSpec(Global(), SUM_V, keys=(), watermark=BoundedOutOfOrderness(0), early_firing=True)
+    r1 = run(spec, AggregationState(), [Event(5, (), {"v": 1})])
+    r2 = run(spec, r1.state, [Event(10**12, (), {"v": 2})])
+    assert [(p.timing, p.values) for p in r1.panes + r2.panes] == [(Timing.EARLY, (1,)), (Timing.EARLY, (3,))]
+
+
+def test_watermark_never_goes_back():
+    assert next_watermark(StoreWatermark("s"), 100, None, 50) == 100
+    assert next_watermark(StoreWatermark("s"), 100, None, None) == 100
+    assert next_watermark(BoundedOutOfOrderness(10), None, None, None) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"allowed_lateness_ms": -1}, "allowed_lateness_ms=-1"),
+        ({"aggregates": ()}, "at least one aggregate"),
+        ({"aggregates": (Aggregate("v", "sum", "v"), Aggregate("v", "max", "v"))}, r"\['v'\] are used twice"),
+        ({"aggregates": (Aggregate("pane", "count"),)}, "output columns"),
+        ({"keys": ("bad key",)}, "keys\\[\\]='bad key'"),
+        ({"window": "tumbling"}, "window='tumbling'"),
+        ({"accumulation": "ACCUMULATING"}, "accumulation="),
+    ],
+)
+def test_bad_specs_are_rejected_naming_the_argument(kwargs, message):
+    arguments: dict[str, Any] = {
+        "window": Tumbling(10),
+        "aggregates": SUM_V,
+        "keys": (),
+        "watermark": StoreWatermark("s"),
+    }
+    with pytest.raises(ValueError, match=message):
+        AggregationSpec(**{**arguments, **kwargs})
+
+
+def test_sql_aggregates_must_refer_to_their_partial_and_are_spark_only():
+    with pytest.raises(ValueError, match="merge='sum"):
+        SqlAggregate("u", partial="sum(x)", merge="sum(x)")
+    spec = AggregationSpec(Tumbling(10), (SqlAggregate("u", "sum(x)", "sum({partial})"),), (), StoreWatermark("s"))
+    with pytest.raises(NotImplementedError):
+        run(spec, AggregationState(), [])
+
+
+# ------------------------------------------------------------------------------------------ properties
+
+WINDOWS = st.sampled_from([Tumbling(10), Tumbling(7, 3), Sliding(12, 4), Sliding(10, 5, 2), Session(5), Global()])
+EVENTS = st.lists(st.tuples(st.integers(0, 80), st.sampled_from(["a", "b", "c"]), st.integers(-3, 9)), max_size=40)
+
+
+@st.composite
+def scenarios(draw):
+    window = draw(WINDOWS)
+    spec = AggregationSpec(
+        window,
+        (Aggregate("n", "count"), Aggregate("s", "sum", "v"), Aggregate("lo", "min", "v"), Aggregate("a", "avg", "v")),
+        keys=("k",),
+        watermark=draw(st.sampled_from([StoreWatermark("s"), BoundedOutOfOrderness(draw(st.integers(0, 30)))])),
+        allowed_lateness_ms=draw(st.integers(0, 30)),
+        accumulation=draw(st.sampled_from(list(Accumulation))),
+        early_firing=draw(st.booleans()) or isinstance(window, Global),
+        late_firing=draw(st.booleans()),
+    )
+    events = [Event(t, (k,), {"v": v}) for t, k, v in draw(EVENTS)]
+    cuts = sorted(draw(st.lists(st.integers(0, len(events)), max_size=5)))
+    batches = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+    sources = draw(st.lists(st.integers(0, 100), min_size=len(batches), max_size=len(batches)))
+    return spec, batches, sorted(sources)
+
+
+def run_all(spec, batches, sources, flush=True):
+    state, results = AggregationState(), []
+    for batch, source in zip(batches, sources, strict=True):
+        result = run(spec, state, batch, source)
+        results.append(result)
+        state = result.state
+    if flush and not isinstance(spec.window, Global):
+        results.append(run(spec, state, [], 10**6) if isinstance(spec.watermark, StoreWatermark) else None)
+    return [r for r in results if r is not None]
+
+
+def batch_windows(spec, events):
+    """One-shot: every accepted event's windows, sessions merged per key, aggregated."""
+    members: dict[tuple[Any, Window], list[Event]] = defaultdict(list)
+    if isinstance(spec.window, Session):
+        by_key = defaultdict(list)
+        for event in events:
+            by_key[event.key].append(event)
+        for key, evs in by_key.items():
+            for merged, idx in merge_sessions([spec.window.assign(e.time_ms)[0] for e in evs]):
+                members[(key, merged)] = [evs[i] for i in idx]
+    else:
+        for event in events:
+            for window in spec.window.assign(event.time_ms):
+                members[(event.key, window)].append(event)
+    aggregates = spec.builtin_aggregates()
+    out = {}
+    for slot, evs in members.items():
+        partial = tuple(a.empty() for a in aggregates)
+        for e in evs:
+            partial = tuple(a.merge(p, a.of(e.values)) for a, p in zip(aggregates, partial, strict=True))
+        out[slot] = tuple(a.finish(p) for a, p in zip(aggregates, partial, strict=True))
+    return out
+
+
+def accepted_events(results, batches):
+    late = {id(e) for r in results for e, _ in r.late}
+    return [e for batch in batches for e in batch if id(e) not in late]
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_watermark_is_monotone_and_too_late_is_exactly_below_previous_watermark_minus_lateness(scenario):
+    spec, batches, sources = scenario
+    state = AggregationState()
+    for batch, source in zip(batches, sources, strict=True):
+        result = run(spec, state, batch, source)
+        horizon = None if state.watermark_ms is None else state.watermark_ms - spec.allowed_lateness_ms
+        expected_late = [e for e in batch if horizon is not None and e.time_ms < horizon]
+        assert [e for e, _ in result.late] == expected_late
+        if state.watermark_ms is not None:
+            assert result.watermark_ms >= state.watermark_ms
+        state = result.state
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_retractions_undo_exactly_the_panes_they_repeat_and_the_live_panes_equal_a_batch(scenario):
+    spec, batches, sources = scenario
+    if spec.accumulation is not Accumulation.ACCUMULATING_AND_RETRACTING:
+        return
+    results = run_all(spec, batches, sources)
+    live: dict[tuple[Any, Window], tuple[Any, ...]] = {}
+    for result in results:
+        for pane in result.panes:
+            slot = (pane.key, pane.window)
+            if pane.retraction:
+                assert live.pop(slot) == pane.values
+            else:
+                assert slot not in live
+                live[slot] = pane.values
+    if isinstance(spec.window, Global) or isinstance(spec.watermark, BoundedOutOfOrderness):
+        return  # not every window is forced to fire
+    assert live == batch_windows(spec, accepted_events(results, batches))
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_accumulating_last_pane_per_window_equals_a_one_shot_batch_over_events_not_too_late(scenario):
+    spec, batches, sources = scenario
+    if spec.accumulation is Accumulation.DISCARDING or not isinstance(spec.watermark, StoreWatermark):
+        return
+    if isinstance(spec.window, Global):
+        return
+    results = run_all(spec, batches, sources)
+    last = {}
+    for result in results:
+        for pane in result.panes:
+            if not pane.retraction:
+                last[(pane.key, pane.window)] = pane.values
+    expected = batch_windows(spec, accepted_events(results, batches))
+    assert {slot: last.get(slot) for slot in expected} == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_discarding_panes_of_a_window_add_up_to_its_batch_count(scenario):
+    spec, batches, sources = scenario
+    if spec.accumulation is not Accumulation.DISCARDING or spec.window.merging:
+        return
+    if isinstance(spec.window, Global) or not isinstance(spec.watermark, StoreWatermark):
+        return
+    results = run_all(spec, batches, sources)
+    counts: dict[Any, int] = defaultdict(int)
+    for result in results:
+        for pane in result.panes:
+            counts[(pane.key, pane.window)] += pane.values[0]
+    expected = batch_windows(spec, accepted_events(results, batches))
+    assert dict(counts) == {slot: values[0] for slot, values in expected.items()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(), st.randoms())
+def test_the_order_of_events_within_a_run_does_not_matter(scenario, rnd):
+    spec, batches, sources = scenario
+    shuffled = [rnd.sample(batch, len(batch)) for batch in batches]
+    a, b = run_all(spec, batches, sources), run_all(spec, shuffled, sources)
+    pane_set = lambda results: [sorted(map(repr, r.panes)) for r in results]  # noqa: E731
+    assert pane_set(a) == pane_set(b)
+    assert a[-1].state.watermark_ms == b[-1].state.watermark_ms
