@@ -1,7 +1,8 @@
 """Cut-off state carried between runs in Airflow Variables (mirrored in XCom, the store and asset state).
 
-Two documents: a controller's cut-off (``wm_controller__<controller>``) and an incremental-partitions
-pipeline's state (``wm_partitions__<pipeline>``, see :class:`PipelineState`).
+Three documents: a controller's cut-off (``wm_controller__<controller>``), an incremental-partitions
+pipeline's state (``wm_partitions__<pipeline>``, see :class:`PipelineState`) and a windowed aggregate's
+state pointer and cut-offs (``wm_windows__<pipeline>``, see :class:`WindowedState`).
 
 The Variable ``wm_controller__<controller>`` holds a small JSON document a person can read on the UI's
 Variables page::
@@ -33,12 +34,16 @@ __all__ = [
     "ControllerCutoff",
     "CutoffConflict",
     "PipelineState",
+    "WindowedState",
     "commit_cutoff",
     "commit_pipeline_state",
+    "commit_windowed_state",
     "cutoff_variable_key",
     "pipeline_variable_key",
     "read_cutoff",
     "read_pipeline_state",
+    "read_windowed_state",
+    "windowed_variable_key",
 ]
 
 
@@ -102,7 +107,9 @@ def commit_cutoff(new: ControllerCutoff, expected: ControllerCutoff | None) -> N
     )
 
 
-def _check_version(what: str, current_version: int, expected: ControllerCutoff | PipelineState | None) -> None:
+def _check_version(
+    what: str, current_version: int, expected: ControllerCutoff | PipelineState | WindowedState | None
+) -> None:
     """Variables have no compare-and-set: check that nobody committed since we read, just before writing."""
     expected_version = expected.version if expected else 0
     if current_version != expected_version:
@@ -169,4 +176,77 @@ def commit_pipeline_state(new: PipelineState, expected: PipelineState | None) ->
         pipeline_variable_key(new.pipeline),
         json.dumps(new.to_json(), separators=(",", ":"), sort_keys=True),
         description=f"Partition state of incremental pipeline {new.pipeline!r} (airflow-provider-wm)",
+    )
+
+
+@dataclass(frozen=True)
+class WindowedState:
+    """The committed state of a windowed aggregate, in the Variable ``wm_windows__<pipeline>``::
+
+        {"pipeline": "orders_5m", "version": 4, "run_id": "...", "committed_at": "...",
+         "state_path": ".../state/v4", "watermark_ms": ..., "max_event_time_ms": ...,
+         "arrival_until_ms": ..., "spec": {...}}
+
+    ``state_path`` points at the Spark job's snapshot of the open windows (a new folder per version);
+    ``arrival_until_ms`` is the input cut-off: the next run reads events that arrived after it. The same
+    version rule as the others applies, and neither the watermark nor the input cut-off goes backwards.
+    """
+
+    pipeline: str
+    version: int
+    run_id: str
+    committed_at: str
+    state_path: str | None
+    watermark_ms: int | None
+    max_event_time_ms: int | None
+    arrival_until_ms: int | None
+    spec: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WindowedState:
+        def optional_int(name: str) -> int | None:
+            return None if data.get(name) is None else int(data[name])
+
+        return cls(
+            pipeline=str(data["pipeline"]),
+            version=int(data["version"]),
+            run_id=str(data["run_id"]),
+            committed_at=str(data["committed_at"]),
+            state_path=data.get("state_path"),
+            watermark_ms=optional_int("watermark_ms"),
+            max_event_time_ms=optional_int("max_event_time_ms"),
+            arrival_until_ms=optional_int("arrival_until_ms"),
+            spec=dict(data["spec"]),
+        )
+
+
+def windowed_variable_key(pipeline: str) -> str:
+    return f"wm_windows__{pipeline}"
+
+
+def read_windowed_state(pipeline: str) -> WindowedState | None:
+    raw = Variable.get(windowed_variable_key(pipeline), default=None)
+    if raw in (None, ""):
+        return None
+    return WindowedState.from_json(raw if isinstance(raw, dict) else json.loads(raw))
+
+
+def commit_windowed_state(new: WindowedState, expected: WindowedState | None) -> None:
+    """Publish ``new`` if the Variable still holds ``expected`` (by version) and nothing goes backwards."""
+    current = read_windowed_state(new.pipeline)
+    _check_version(f"windowed pipeline {new.pipeline!r}", current.version if current else 0, expected)
+    if current is not None:
+        for name in ("watermark_ms", "arrival_until_ms"):
+            before, after = getattr(current, name), getattr(new, name)
+            if before is not None and (after is None or after < before):
+                raise CutoffConflict(
+                    f"windowed pipeline {new.pipeline!r}: refusing to move {name} back from {before} to {after}"
+                )
+    Variable.set(
+        windowed_variable_key(new.pipeline),
+        json.dumps(new.to_json(), indent=2, sort_keys=True),
+        description=f"State of windowed aggregate {new.pipeline!r} (airflow-provider-wm)",
     )

@@ -8,8 +8,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, IntegralType, StringType, StructType, TimestampNTZType, TimestampType
 
 MANIFEST_NAME = "manifest.json"
 
@@ -106,3 +107,24 @@ def write_manifest_after(
         raise
     write_json_atomic(spark, manifest_path, manifest)
     return 0
+
+
+def parse_time(column: Column, data_type: Any, name: str) -> Column:
+    """The time column as a timestamp; null when missing or unparseable (``try_to_timestamp``)."""
+    if isinstance(data_type, (TimestampType, TimestampNTZType, DateType)):
+        return column.cast("timestamp")
+    if isinstance(data_type, IntegralType):
+        return F.timestamp_millis(column)
+    if isinstance(data_type, StringType):
+        return F.try_to_timestamp(column)
+    raise ValueError(
+        f"time_column={name!r} has type {data_type.simpleString()}; use a timestamp, date, epoch-millisecond "
+        "number or ISO-8601 string"
+    )
+
+
+def time_ms(column: Column, data_type: Any, name: str) -> Column:
+    """The time column as UTC epoch milliseconds; null when missing or unparseable."""
+    if isinstance(data_type, IntegralType):
+        return column.cast("long")
+    return F.unix_millis(parse_time(column, data_type, name))

@@ -53,6 +53,7 @@ from spark_jobs.common import (
     MANIFEST_NAME,
     delete_path,
     get_session,
+    parse_time,
     path_exists,
     read_json,
     write_manifest_after,
@@ -86,20 +87,6 @@ def unit_key(unit: str) -> str:
 
 def work_unit_key(unit: dict[str, Any]) -> tuple[str, str]:
     return partition_key(int(unit["partition_start"])), unit_key(str(unit["unit"]))
-
-
-def parse_time(column: Column, data_type: Any, name: str) -> Column:
-    """The time column as a timestamp; null when missing or unparseable (``try_to_timestamp``)."""
-    if isinstance(data_type, (TimestampType, TimestampNTZType, DateType)):
-        return column.cast("timestamp")
-    if isinstance(data_type, IntegralType):
-        return F.timestamp_millis(column)
-    if isinstance(data_type, StringType):
-        return F.try_to_timestamp(column)
-    raise ValueError(
-        f"time_column={name!r} has type {data_type.simpleString()}; use a timestamp, date, epoch-millisecond "
-        "number or ISO-8601 string"
-    )
 
 
 def merged_intervals(units: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:

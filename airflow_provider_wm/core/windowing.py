@@ -49,10 +49,10 @@ import enum
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from airflow_provider_wm.core.windows import Session, Window, WindowFn, merge_sessions
+from airflow_provider_wm.core.windows import Session, Window, WindowFn, merge_sessions, window_from_json
 
 __all__ = [
     "Accumulation",
@@ -285,6 +285,50 @@ class AggregationSpec:
     def retracting(self) -> bool:
         return self.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
 
+    def to_json(self) -> dict[str, Any]:
+        """What the operator hands the Spark job (:meth:`from_json` reads it back, validating again)."""
+        policy: dict[str, Any] = (
+            {"max_delay_ms": self.watermark.max_delay_ms}
+            if isinstance(self.watermark, BoundedOutOfOrderness)
+            else {"stream": self.watermark.stream, "wm_key": self.watermark.wm_key}
+        )
+        return {
+            "window": self.window.to_json(),
+            "aggregates": [asdict(a) for a in self.aggregates],
+            "keys": list(self.keys),
+            "watermark": policy,
+            "allowed_lateness_ms": self.allowed_lateness_ms,
+            "accumulation": self.accumulation.value,
+            "early_firing": self.early_firing,
+            "late_firing": self.late_firing,
+            "fire_only_updated_panes": self.fire_only_updated_panes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AggregationSpec:
+        """
+        >>> spec = AggregationSpec(Session(5), (Aggregate("n", "count"),), ("k",), BoundedOutOfOrderness(3))
+        >>> AggregationSpec.from_json(spec.to_json()) == spec
+        True
+        """
+        policy = data["watermark"]
+        watermark: WatermarkPolicy = (
+            BoundedOutOfOrderness(policy["max_delay_ms"])
+            if "max_delay_ms" in policy
+            else StoreWatermark(policy["stream"], policy.get("wm_key"))
+        )
+        return cls(
+            window=window_from_json(data["window"]),
+            aggregates=tuple(SqlAggregate(**a) if "partial" in a else Aggregate(**a) for a in data["aggregates"]),
+            keys=tuple(data["keys"]),
+            watermark=watermark,
+            allowed_lateness_ms=data["allowed_lateness_ms"],
+            accumulation=Accumulation(data["accumulation"]),
+            early_firing=data["early_firing"],
+            late_firing=data["late_firing"],
+            fire_only_updated_panes=data["fire_only_updated_panes"],
+        )
+
     def builtin_aggregates(self) -> tuple[Aggregate, ...]:
         if any(isinstance(a, SqlAggregate) for a in self.aggregates):
             raise NotImplementedError("SQL aggregates are evaluated by Spark only")
@@ -428,8 +472,8 @@ def _assign(
         for event in events:
             for window in spec.window.assign(event.time_ms):  # type: ignore[arg-type]
                 new[(event.key, window)].append(event)
-        for (key, window), members in new.items():
-            partial = _partial_of(aggregates, members)
+        for (key, window), window_events in new.items():
+            partial = _partial_of(aggregates, window_events)
             old = by_window.get((key, window))
             if old is None:
                 by_window[(key, window)] = WindowState(key, window, partial, dirty=True)
@@ -445,11 +489,11 @@ def _assign(
         arrivals[event.key].append(event)
     result: list[WindowState] = []
     for key in [*sessions, *(k for k in arrivals if k not in sessions)]:
-        old, new_events = sessions.get(key, []), arrivals.get(key, [])
-        intervals = [w.window for w in old] + [spec.window.assign(e.time_ms)[0] for e in new_events]  # type: ignore[arg-type]
-        for merged, members in merge_sessions(intervals):
-            old_members = [old[i] for i in members if i < len(old)]
-            event_members = [new_events[i - len(old)] for i in members if i >= len(old)]
+        kept, arrived = sessions.get(key, []), arrivals.get(key, [])
+        intervals = [w.window for w in kept] + [spec.window.assign(e.time_ms)[0] for e in arrived]  # type: ignore[arg-type]
+        for merged, indexes in merge_sessions(intervals):
+            old_members = [kept[i] for i in indexes if i < len(kept)]
+            event_members = [arrived[i - len(kept)] for i in indexes if i >= len(kept)]
             partial = _partial_of(aggregates, event_members)
             if len(old_members) == 1 and old_members[0].window == merged:
                 only = old_members[0]

@@ -5,8 +5,8 @@ Windows are half-open ``[start, end)`` in UTC epoch milliseconds. Four kinds:
 - :class:`Tumbling` ``(size, offset)``: ``[k*size + offset, (k+1)*size + offset)``, one window per event.
 - :class:`Sliding` ``(size, slide, offset)``: every window ``[k*slide + offset, k*slide + offset + size)``
   that contains ``t``; ``size`` must be a multiple of ``slide`` (``size / slide`` windows per event).
-- :class:`Session` ``(gap)``: an event opens ``[t, t + gap)``; sessions of one key that overlap merge into
-  one (:func:`merge_sessions`). Keyed only.
+- :class:`Session` ``(gap)``: an event opens ``[t, t + gap)``; sessions of one key that overlap or touch
+  merge into one (:func:`merge_sessions`; Spark's ``session_window`` rule). Keyed only.
 - :class:`Global`: one window over all time; it is never complete, so it fires only early panes.
 
 Constructors validate: a bad argument raises ``ValueError`` naming the argument and the value, so a DAG
@@ -54,9 +54,6 @@ class Window:
 
     def contains(self, t: int) -> bool:
         return self.start <= t < self.end
-
-    def overlaps(self, other: Window) -> bool:
-        return self.start < other.end and other.start < self.end
 
 
 def _positive(value: Any, argument: str) -> int:
@@ -150,8 +147,8 @@ class Sliding(WindowFn):
 
 @dataclass(frozen=True)
 class Session(WindowFn):
-    """An event at ``t`` opens ``[t, t + gap)``; overlapping sessions of a key merge (:func:`merge_sessions`).
-    Two events of a key are in one session when they are less than ``gap`` apart."""
+    """An event at ``t`` opens ``[t, t + gap)``; sessions of a key that overlap or touch merge
+    (:func:`merge_sessions`): two events of a key are in one session when they are at most ``gap`` apart."""
 
     gap_ms: int
     kind: ClassVar[str] = "session"
@@ -181,19 +178,20 @@ class Global(WindowFn):
 
 
 def merge_sessions(windows: Sequence[Window]) -> list[tuple[Window, list[int]]]:
-    """Connected groups of overlapping windows: each merged window with the indexes of its members.
+    """Connected groups of overlapping or touching windows: each merged window with its members' indexes.
 
-    Sorted by start, a window joins the current group when it starts before the group's end so far.
+    Sorted by start, a window joins the current group when it starts at or before the group's end so far
+    (as Spark's ``session_window``: events exactly ``gap`` apart share a session).
 
-    >>> merge_sessions([Window(0, 10), Window(10, 20), Window(5, 12)])
+    >>> merge_sessions([Window(0, 10), Window(12, 20), Window(5, 12)])
     [(Window(start=0, end=20), [0, 2, 1])]
-    >>> merge_sessions([Window(0, 10), Window(10, 20)])
-    [(Window(start=0, end=10), [0]), (Window(start=10, end=20), [1])]
+    >>> merge_sessions([Window(0, 10), Window(11, 20)])
+    [(Window(start=0, end=10), [0]), (Window(start=11, end=20), [1])]
     """
     groups: list[tuple[Window, list[int]]] = []
     for index in sorted(range(len(windows)), key=lambda i: (windows[i].start, windows[i].end)):
         window = windows[index]
-        if groups and window.start < groups[-1][0].end:
+        if groups and window.start <= groups[-1][0].end:
             merged, members = groups[-1]
             groups[-1] = (Window(merged.start, max(merged.end, window.end)), [*members, index])
         else:

@@ -66,8 +66,9 @@ def test_window_json_round_trips_and_rejects_unknown_kinds():
         window_from_json({"kind": "tumbling"})
 
 
-def test_touching_sessions_stay_apart_and_overlapping_ones_merge():
-    assert merge_sessions([Window(0, 10), Window(10, 20)]) == [(Window(0, 10), [0]), (Window(10, 20), [1])]
+def test_sessions_merge_when_they_overlap_or_touch_and_stay_apart_across_a_gap():
+    assert merge_sessions([Window(0, 10), Window(10, 20)]) == [(Window(0, 20), [0, 1])]
+    assert merge_sessions([Window(0, 10), Window(11, 21)]) == [(Window(0, 10), [0]), (Window(11, 21), [1])]
     assert merge_sessions([Window(5, 15), Window(0, 10), Window(30, 40)]) == [
         (Window(0, 15), [1, 0]),
         (Window(30, 40), [2]),
@@ -97,7 +98,7 @@ def test_merged_sessions_are_disjoint_and_cover_their_members(pairs):
     groups = merge_sessions(windows)
     assert sorted(i for _, members in groups for i in members) == list(range(len(windows)))
     for (a, _), (b, _) in itertools.pairwise(groups):
-        assert a.end <= b.start
+        assert a.end < b.start
     for merged, members in groups:
         assert merged.start == min(windows[i].start for i in members)
         assert merged.end == max(windows[i].end for i in members)

@@ -1,0 +1,367 @@
+"""WindowedAggregateOperator: event-time windows with a watermark, lateness, triggers and accumulation modes,
+one firing opportunity per DAG run (Apex), computed by a Spark job and committed only on success."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Asset, BaseOperator, Context
+
+from airflow_provider_wm.core.windowing import (
+    Accumulation,
+    Aggregate,
+    AggregationSpec,
+    BoundedOutOfOrderness,
+    SqlAggregate,
+    StoreWatermark,
+    WatermarkPolicy,
+)
+from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, WindowFn
+from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.state import WindowedState, commit_windowed_state, read_windowed_state
+from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
+
+__all__ = [
+    "WindowedAggregateOperator",
+    "global_window",
+    "session",
+    "sliding",
+    "tumbling",
+]
+
+Duration = dt.timedelta | float | str
+
+
+def tumbling(size: Duration, offset: Duration = 0) -> Tumbling:
+    """``[k*size + offset, (k+1)*size + offset)``; durations as timedelta, seconds or ISO-8601 (``PT5M``)."""
+    return Tumbling(duration_ms(size, "window size"), duration_ms(offset, "window offset"))
+
+
+def sliding(size: Duration, slide: Duration, offset: Duration = 0) -> Sliding:
+    """Windows of ``size`` every ``slide`` (``size`` a multiple of ``slide``)."""
+    return Sliding(duration_ms(size, "window size"), duration_ms(slide, "window slide"), duration_ms(offset, "offset"))
+
+
+def session(gap: Duration) -> Session:
+    """Per key, events at most ``gap`` apart share a session ``[first, last + gap)``."""
+    return Session(duration_ms(gap, "session gap"))
+
+
+def global_window() -> Global:
+    """One window over all time (never complete: use ``early_firing=True``)."""
+    return Global()
+
+
+_BUILTIN = re.compile(r"^\s*(count|sum|min|max|avg)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)?\s*\)\s*$", re.IGNORECASE)
+
+
+def parse_aggregates(aggregates: Mapping[str, str | SqlAggregate] | Sequence[Aggregate | SqlAggregate]) -> tuple:
+    """``{"orders": "count(*)", "revenue": "sum(amount)", "users": SqlAggregate(...)}`` -> core aggregates.
+
+    >>> parse_aggregates({"n": "count(*)", "total": "sum(amount)"})
+    (Aggregate(name='n', function='count', column=None), Aggregate(name='total', function='sum', column='amount'))
+    """
+    if isinstance(aggregates, Mapping):
+        parsed: list[Aggregate | SqlAggregate] = []
+        for name, spec in aggregates.items():
+            if isinstance(spec, SqlAggregate):
+                parsed.append(spec if spec.name == name else SqlAggregate(name, spec.partial, spec.merge, spec.final))
+                continue
+            match = _BUILTIN.match(spec) if isinstance(spec, str) else None
+            if not match:
+                raise ValueError(
+                    f"aggregates[{name!r}]={spec!r} must be count(*), count(col), sum(col), min(col), max(col), "
+                    "avg(col), or a SqlAggregate(partial=..., merge=..., final=...) for any other mergeable aggregate"
+                )
+            function, column = match.group(1).lower(), match.group(2)
+            parsed.append(Aggregate(name, function, None if column in (None, "*") else column))
+        return tuple(parsed)
+    if isinstance(aggregates, Sequence) and not isinstance(aggregates, str):
+        return tuple(aggregates)
+    raise ValueError(f"aggregates={aggregates!r} must be a mapping of output name -> aggregate")
+
+
+def parse_watermark(watermark: Mapping[str, Any] | WatermarkPolicy) -> WatermarkPolicy:
+    """``{"stream": "orders"}`` (optionally ``"wm_key"``): the store's watermark of a stream;
+    ``{"max_delay": "PT1M"}``: the highest event time seen so far minus the delay."""
+    if isinstance(watermark, StoreWatermark | BoundedOutOfOrderness):
+        return watermark
+    if isinstance(watermark, Mapping):
+        if set(watermark) <= {"stream", "wm_key"} and watermark.get("stream"):
+            return StoreWatermark(
+                validate_name(watermark["stream"], "watermark.stream"),
+                None if watermark.get("wm_key") is None else validate_name(watermark["wm_key"], "watermark.wm_key"),
+            )
+        if set(watermark) == {"max_delay"}:
+            return BoundedOutOfOrderness(duration_ms(watermark["max_delay"], "watermark.max_delay"))
+    raise ValueError(f"watermark={watermark!r} must be {{'stream': name}} or {{'max_delay': duration}}")
+
+
+class WindowedAggregateOperator(BaseOperator):
+    """Aggregate events per event-time window, incrementally across DAG runs.
+
+    Each run reads the events that arrived since the previous successful run (``arrival_column`` between
+    the committed input cut-off and the run's logical time; or, without an arrival column, whatever
+    ``events`` holds, a path templated per run), takes the watermark (the store's stream watermark or
+    bounded out-of-orderness), and submits ``spark_jobs/windowed_aggregate.py``, which writes the panes
+    (``window_start, window_end, <keys>, <aggregates>, pane, pane_index, retraction, watermark_ms, run_id``
+    under ``wm_run=<version>``), the too-late and invalid events (``late_output``), and a new snapshot of
+    the open windows. The rules are :mod:`airflow_provider_wm.core.windowing`'s.
+
+    Only after the job succeeded the operator commits: XCom (the manifest summary), the asset state store
+    and an asset event (when ``asset`` is given) and, last, the Variable ``wm_windows__<pipeline>`` (state
+    pointer, watermark, input cut-off), checked against the version read at the start. A failed run
+    commits nothing: its retry starts from the same state and replaces its own output partition.
+
+    Example: revenue per region in 5-minute windows, one minute of lateness, watermark from the store::
+
+        WindowedAggregateOperator(
+            task_id="revenue_5m", pipeline="revenue_5m",
+            events="/data/orders", event_time="event_time", arrival_column="ingested_at", keys=["region"],
+            window=tumbling("PT5M"), aggregates={"orders": "count(*)", "revenue": "sum(amount)"},
+            watermark={"stream": "orders"}, allowed_lateness="PT1M",
+            output="/data/revenue_5m", store_path="/data/wm-store",
+        )
+
+    :param pipeline: the aggregate's name (its Variable, its folder in the store).
+    :param events: the events dataset (``events_format``, default Parquet). Templated.
+    :param event_time: the event-time column (timestamp, date, epoch ms or ISO-8601 string).
+    :param window: ``tumbling(...)``, ``sliding(...)``, ``session(...)`` or ``global_window()``.
+    :param aggregates: output name -> ``count(*)``, ``sum(col)``, ... or a :class:`SqlAggregate`.
+    :param keys: grouping columns (required by session windows).
+    :param watermark: ``{"stream": name[, "wm_key": key]}`` or ``{"max_delay": duration}``.
+    :param allowed_lateness: how long after the watermark passed a window late data still updates it.
+    :param accumulation: ACCUMULATING (default), DISCARDING or ACCUMULATING_AND_RETRACTING.
+    :param early_firing: fire EARLY panes for incomplete windows that received data in the run.
+    :param late_firing: fire a LATE pane every run a complete window receives data (default); when off,
+        one LATE pane when the window is purged.
+    :param fire_only_updated_panes: skip a pane equal to the window's last one (not with DISCARDING).
+    :param arrival_column: the column (or partition column) that says when an event arrived.
+    :param output: the panes dataset. Templated. ``late_output`` defaults to ``<output>_late``.
+    :param store_path: the watermark store (watermarks, requests, manifests). Templated.
+    :param logical_time: the run's input cut-off, default ``data_interval_end``. Templated.
+    :param asset: the Asset this aggregate produces (outlet, asset event, asset state).
+    """
+
+    template_fields: Sequence[str] = ("events", "output_path", "late_output", "store_path", "logical_time")
+    ui_color = "#fdf1e1"
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        events: str,
+        event_time: str,
+        window: WindowFn,
+        aggregates: Mapping[str, str | SqlAggregate] | Sequence[Aggregate | SqlAggregate],
+        output: str,
+        store_path: str,
+        watermark: Mapping[str, Any] | WatermarkPolicy,
+        keys: Sequence[str] = (),
+        allowed_lateness: Duration = 0,
+        accumulation: str | Accumulation = Accumulation.ACCUMULATING,
+        early_firing: bool = False,
+        late_firing: bool = True,
+        fire_only_updated_panes: bool = False,
+        arrival_column: str | None = None,
+        events_format: str = "parquet",
+        late_output: str | None = None,
+        logical_time: str = "{{ data_interval_end }}",
+        spark_conn_id: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+        asset: Asset | None = None,
+        max_active_tis_per_dag: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        if asset is not None:
+            kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
+        super().__init__(max_active_tis_per_dag=max_active_tis_per_dag, **kwargs)
+        self.pipeline = validate_name(pipeline, "pipeline")
+        for argument, value in (("events", events), ("output", output), ("store_path", store_path)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{argument}={value!r} must be a non-empty path or URL")
+        if isinstance(keys, str):
+            raise ValueError(f"keys={keys!r} must be a list of column names, not a string")
+        if isinstance(accumulation, str) and accumulation.upper() not in Accumulation.__members__:
+            raise ValueError(f"accumulation={accumulation!r} must be one of {[a.value for a in Accumulation]}")
+        self.spec = AggregationSpec(
+            window=window,
+            aggregates=parse_aggregates(aggregates),
+            keys=tuple(keys),
+            watermark=parse_watermark(watermark),
+            allowed_lateness_ms=duration_ms(allowed_lateness, "allowed_lateness"),
+            accumulation=Accumulation(accumulation.upper() if isinstance(accumulation, str) else accumulation),
+            early_firing=bool(early_firing),
+            late_firing=bool(late_firing),
+            fire_only_updated_panes=bool(fire_only_updated_panes),
+        )
+        for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):
+            if column is not None and (not isinstance(column, str) or not re.match(r"^[A-Za-z_]\w*$", column)):
+                raise ValueError(f"{argument}={column!r} must be a column name")
+        if not is_templated(logical_time):
+            to_epoch_ms(logical_time, "logical_time")
+        self.events, self.event_time, self.events_format = events, event_time, events_format
+        self.arrival_column = arrival_column
+        self.output_path, self.store_path = output, store_path  # BaseOperator.output is the XComArg
+        self.late_output = late_output or f"{output.rstrip('/')}_late"
+        self.logical_time = logical_time
+        self.spark_conn_id, self.spark_conf = spark_conn_id, dict(spark_conf or {})
+        self.asset = asset
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        now_ms = to_epoch_ms(self.logical_time, "logical_time")
+        run_id = str(context["run_id"])
+        store = WatermarkStoreHook(self.store_path)
+        committed = read_windowed_state(self.pipeline)
+        self._check_spec_unchanged(committed)
+        version = (committed.version if committed else 0) + 1
+        source_watermark = self._source_watermark(store)
+        arrival_from = committed.arrival_until_ms if committed else None
+        arrival_until = now_ms if arrival_from is None else max(now_ms, arrival_from)
+        run_dir = store.pipeline_url(self.pipeline, "runs", f"v{version}")
+        request = {
+            "pipeline": self.pipeline,
+            "run_id": run_id,
+            "version": version,
+            "spec": self.spec.to_json(),
+            "events": self.events,
+            "events_format": self.events_format,
+            "event_time": self.event_time,
+            "arrival_column": self.arrival_column,
+            "arrival_from_ms": arrival_from,
+            "arrival_until_ms": arrival_until,
+            "previous": {
+                "watermark_ms": committed.watermark_ms if committed else None,
+                "max_event_time_ms": committed.max_event_time_ms if committed else None,
+            },
+            "source_watermark_ms": source_watermark,
+            "state_in": committed.state_path if committed else None,
+            "state_out": store.pipeline_url(self.pipeline, "state", f"v{version}"),
+            "output": self.output_path,
+            "late_output": self.late_output,
+            "round_out": run_dir,
+        }
+        request_url = f"{run_dir}/request.json"
+        store.write_json_url(request_url, request)
+        hook = WmSparkSubmitHook(
+            conn_id=self.spark_conn_id,
+            conf=self.spark_conf,
+            application_args=[request_url],
+            name=f"wm-windows-{self.pipeline}",
+        )
+        self.log.info(
+            "Submitting run v%s of %s to %s: arrivals (%s, %s], watermark before %s, store watermark %s",
+            version,
+            self.pipeline,
+            hook.master,
+            format_ms(arrival_from),
+            format_ms(arrival_until),
+            format_ms(committed.watermark_ms if committed else None),
+            format_ms(source_watermark),
+        )
+        manifest = hook.submit_job(
+            "windowed_aggregate",
+            f"{run_dir}/manifest.json",
+            store.read_json_url,
+            f"windowed aggregate {self.pipeline!r}",
+        )
+        self._log_manifest(manifest)
+        document = WindowedState(
+            pipeline=self.pipeline,
+            version=version,
+            run_id=run_id,
+            committed_at=dt.datetime.now(dt.UTC).isoformat(),
+            state_path=manifest.get("state_path") or (committed.state_path if committed else None),
+            watermark_ms=manifest["watermark_ms"],
+            max_event_time_ms=manifest["max_event_time_ms"],
+            arrival_until_ms=arrival_until,
+            spec=self.spec.to_json(),
+        )
+        summary: dict[str, Any] = {
+            "pipeline": self.pipeline,
+            "version": version,
+            "watermark": format_ms(manifest["watermark_ms"]),
+            "watermark_ms": manifest["watermark_ms"],
+            "arrivals": [format_ms(arrival_from), format_ms(arrival_until)],
+            **manifest["totals"],
+            "output": self.output_path,
+            "late_output": manifest.get("late_output"),
+        }
+        self._publish(context, store, document, summary, committed)
+        return summary
+
+    def _check_spec_unchanged(self, committed: WindowedState | None) -> None:
+        """The stored open windows only make sense for the same window, keys, aggregates and accumulation."""
+        if committed is None:
+            return
+        fixed = ("window", "keys", "aggregates", "accumulation")
+        current = self.spec.to_json()
+        changed = [name for name in fixed if committed.spec.get(name) != current[name]]
+        if changed:
+            raise ValueError(
+                f"pipeline {self.pipeline!r}: {', '.join(changed)} changed since version {committed.version} "
+                f"({[committed.spec.get(n) for n in changed]} -> {[current[n] for n in changed]}); the open windows "
+                "cannot be carried over. Use a new pipeline name, or delete the Variable "
+                f"wm_windows__{self.pipeline} to start over."
+            )
+
+    def _source_watermark(self, store: WatermarkStoreHook) -> int | None:
+        policy = self.spec.watermark
+        if not isinstance(policy, StoreWatermark):
+            return None
+        latest = store.read_latest(policy.stream, policy.wm_key)
+        if latest is None:
+            self.log.warning("No watermark of stream %r in the store yet: no window can complete", policy.stream)
+            return None
+        return int(latest["lower_ms"])
+
+    def _publish(
+        self,
+        context: Context,
+        store: WatermarkStoreHook,
+        document: WindowedState,
+        summary: dict[str, Any],
+        committed: WindowedState | None,
+    ) -> None:
+        """Mirrors first, the Variable (what the next run starts from) last."""
+        store.write_pipeline_state(self.pipeline, {**document.to_json(), "last_summary": summary})
+        context["ti"].xcom_push(key="state", value=document.to_json())
+        if self.asset is not None:
+            context["asset_state_store"][self.asset].set("windowed_state", document.to_json())
+            context["outlet_events"][self.asset].extra = {
+                "pipeline": self.pipeline,
+                "version": document.version,
+                "watermark": summary["watermark"],
+                "panes": summary["panes"],
+                "too_late": summary["too_late"],
+            }
+        commit_windowed_state(document, committed)
+
+    def _log_manifest(self, manifest: dict[str, Any]) -> None:
+        totals = manifest["totals"]
+        panes = totals["panes"]
+        lines = [
+            f"{'events read':<22}{totals['events_read']:>12}",
+            f"{'aggregated':<22}{totals['events_aggregated']:>12}",
+            f"{'too late (dropped)':<22}{totals['too_late']:>12}",
+            f"{'invalid event time':<22}{totals['invalid_event_time']:>12}",
+            *(f"{'panes ' + timing:<22}{count:>12}" for timing, count in panes.items()),
+            f"{'windows open':<22}{totals['windows_open']:>12}",
+            f"{'windows purged':<22}{totals['windows_purged']:>12}",
+        ]
+        self.log.info(
+            "Run v%s of %s: watermark %s (was %s)\n%s",
+            manifest["version"],
+            self.pipeline,
+            format_ms(manifest["watermark_ms"]),
+            format_ms(manifest["previous_watermark_ms"]),
+            "\n".join(lines),
+        )
+        if manifest.get("late_output"):
+            self.log.warning(
+                "Too-late and invalid events of this run: %s (wm_run=%s)", manifest["late_output"], manifest["version"]
+            )

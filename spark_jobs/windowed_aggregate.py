@@ -1,0 +1,523 @@
+"""Spark job: one run of a windowed aggregate (Apex), DataFrame-native.
+
+The rules are those of :mod:`airflow_provider_wm.core.windowing` (the reference); a differential test feeds
+random runs to both and requires identical panes.
+
+A run reads a request (JSON, written by the operator) and:
+
+1. reads the events that arrived since the previous run: ``arrival_from < arrival <= arrival_until`` on the
+   arrival column (a filter on a partition column prunes partitions);
+2. classifies each event: ``INVALID_EVENT_TIME`` (null, unparseable or negative time), ``TOO_LATE``
+   (``t < W_prev - L``), or accepted; and, in the same aggregation, computes the partial aggregates per
+   ``(keys, window)`` of the accepted events (tumbling and sliding windows by arithmetic, ``explode`` for
+   the slides, Spark's ``session_window`` for sessions, one window for global);
+3. writes the late and invalid events (original columns + ``reason``) only when there are any;
+4. merges the partials with the stored open windows (a union and a group-by; sessions first merge
+   overlapping intervals per key with window functions), decides each window's firing row by row, and
+   writes the panes (with retraction rows) and the next state (open windows, a versioned snapshot);
+5. writes ``manifest.json`` atomically last: panes by timing, events read, too-late and invalid counts,
+   the new watermark and the highest event time seen.
+
+Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
+or re-run task replaces its own rows. The state is written to a new folder per version.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from airflow_provider_wm.core.windowing import (
+    Accumulation,
+    Aggregate,
+    AggregationSpec,
+    LateReason,
+    SqlAggregate,
+    Timing,
+    next_watermark,
+)
+from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
+from spark_jobs.common import (
+    MANIFEST_NAME,
+    get_session,
+    path_exists,
+    read_json,
+    time_ms,
+    write_manifest_after,
+)
+
+RUN_PARTITION = "wm_run"
+STATE_FLAGS = ("dirty", "on_time_fired", "last_pane", "owed")
+
+
+class Job:
+    """One run over a request (see :func:`main`); the methods follow the module docstring's steps."""
+
+    def __init__(self, spark: SparkSession, request: dict[str, Any]) -> None:
+        self.spark = spark
+        self.request = request
+        self.spec = AggregationSpec.from_json(request["spec"])
+        self.keys = list(self.spec.keys)
+        self.run_id = str(request["run_id"])
+        self.version = int(request["version"])
+        previous = request.get("previous") or {}
+        self.previous_watermark: int | None = previous.get("watermark_ms")
+        self.previous_max_event: int | None = previous.get("max_event_time_ms")
+        self.source_watermark: int | None = request.get("source_watermark_ms")
+
+    # ------------------------------------------------------------------------------------------ partials
+
+    def partial_columns(self) -> list[str]:
+        names: list[str] = []
+        for agg in self.spec.aggregates:
+            if isinstance(agg, Aggregate) and agg.function == "avg":
+                names += [f"p_{agg.name}_sum", f"p_{agg.name}_count"]
+            else:
+                names.append(f"p_{agg.name}")
+        return names
+
+    def partial_exprs(self) -> list[Column]:
+        """Aggregates over accepted events: one partial column (two for avg) per aggregate."""
+        exprs: list[Column] = []
+        for agg in self.spec.aggregates:
+            if isinstance(agg, SqlAggregate):
+                exprs.append(F.expr(agg.partial).alias(f"p_{agg.name}"))
+            elif agg.function == "count":
+                exprs.append(F.count(F.col(agg.column) if agg.column else F.lit(1)).alias(f"p_{agg.name}"))
+            elif agg.function == "avg":
+                exprs += [
+                    F.sum(str(agg.column)).alias(f"p_{agg.name}_sum"),
+                    F.count(str(agg.column)).alias(f"p_{agg.name}_count"),
+                ]
+            else:
+                function = {"sum": F.sum, "min": F.min, "max": F.max}[agg.function]
+                exprs.append(function(str(agg.column)).alias(f"p_{agg.name}"))
+        return exprs
+
+    def merge_exprs(self) -> list[Column]:
+        """Aggregates over partials (stored and new) into one partial per window."""
+        exprs: list[Column] = []
+        for agg in self.spec.aggregates:
+            name = f"p_{agg.name}"
+            if isinstance(agg, SqlAggregate):
+                exprs.append(F.expr(agg.merge.format(partial=f"`{name}`")).alias(name))
+            elif agg.function == "avg":
+                exprs += [F.sum(f"{name}_sum").alias(f"{name}_sum"), F.sum(f"{name}_count").alias(f"{name}_count")]
+            else:
+                function = {"count": F.sum, "sum": F.sum, "min": F.min, "max": F.max}[agg.function]
+                exprs.append(function(name).alias(name))
+        return exprs
+
+    def empty_partials(self, like: DataFrame) -> list[Column]:
+        """DISCARDING resets a fired window to these: count 0, everything else null."""
+        columns: list[Column] = []
+        for name in self.partial_columns():
+            counting = name.endswith("_count") or any(
+                isinstance(a, Aggregate) and a.function == "count" and name == f"p_{a.name}"
+                for a in self.spec.aggregates
+            )
+            value = F.lit(0) if counting else F.lit(None)
+            columns.append(value.cast(like.schema[name].dataType).alias(name))
+        return columns
+
+    def final_values(self) -> Column:
+        """The pane's values, as a struct named after the aggregates."""
+        fields: list[Column] = []
+        for agg in self.spec.aggregates:
+            name = f"p_{agg.name}"
+            if isinstance(agg, SqlAggregate):
+                value = F.expr(agg.final.format(partial=f"`{name}`"))
+            elif agg.function == "avg":
+                count = F.col(f"{name}_count")
+                value = F.when(count > 0, F.col(f"{name}_sum").cast("double") / count)
+            else:
+                value = F.col(name)
+            fields.append(value.alias(agg.name))
+        return F.struct(*fields)
+
+    # --------------------------------------------------------------------------------------------- read
+
+    def read_events(self) -> DataFrame | None:
+        """The run's events; ``None`` when the events path does not exist (no data has arrived there)."""
+        request = self.request
+        if not path_exists(self.spark, request["events"]):
+            return None
+        events = self.spark.read.format(request.get("events_format", "parquet")).load(request["events"])
+        arrival_column = request.get("arrival_column")
+        if arrival_column:
+            if arrival_column not in events.columns:
+                raise ValueError(f"arrival_column={arrival_column!r} is not a column of {request['events']}")
+            arrival = time_ms(F.col(arrival_column), events.schema[arrival_column].dataType, arrival_column)
+            condition = arrival <= F.lit(int(request["arrival_until_ms"]))
+            if request.get("arrival_from_ms") is not None:
+                condition = condition & (arrival > F.lit(int(request["arrival_from_ms"])))
+            events = events.where(condition)
+        missing = [c for c in [request["event_time"], *self.keys] if c not in events.columns]
+        if missing:
+            raise ValueError(f"events {request['events']} lack the columns {missing}; they have {events.columns}")
+        return events
+
+    def classified(self, events: DataFrame) -> DataFrame:
+        """The events with ``wm_t`` (epoch ms) and ``wm_reason`` (null: accepted)."""
+        name = self.request["event_time"]
+        t = time_ms(F.col(name), events.schema[name].dataType, name)
+        reason = F.when(t.isNull() | (t < 0), LateReason.INVALID_EVENT_TIME.value)
+        if self.previous_watermark is not None:
+            horizon = self.previous_watermark - self.spec.allowed_lateness_ms
+            reason = reason.when(t < F.lit(horizon), LateReason.TOO_LATE.value)
+        return events.withColumn("wm_t", t).withColumn("wm_reason", reason)
+
+    def new_partials(self, classified: DataFrame) -> DataFrame:
+        """Per ``(keys, window_start, window_end, wm_reason)``: partials, event count and highest time.
+
+        Late and invalid events form groups with null windows: they are counted by the same scan."""
+        window = self.spec.window
+        t, accepted = F.col("wm_t"), F.col("wm_reason").isNull()
+        groups: list[Column | str] = [*self.keys, "wm_reason"]
+        frame = classified
+        if isinstance(window, Session):
+            # session_window drops rows without a time: late and invalid rows get one (their own groups)
+            ts = F.timestamp_millis(F.coalesce(t, F.lit(0)))
+            groups.append(F.session_window(ts, f"{window.gap_ms} milliseconds").alias("wm_session"))
+            starts = F.when(F.col("wm_reason").isNull(), F.unix_millis(F.col("wm_session.start")))
+            ends = F.when(F.col("wm_reason").isNull(), F.unix_millis(F.col("wm_session.end")))
+        else:
+            if isinstance(window, Tumbling):
+                start = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms))
+                size = window.size_ms
+            elif isinstance(window, Sliding):
+                last = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms))
+                slides = F.when(accepted, F.sequence(F.lit(0), F.lit(window.windows_per_event - 1)))
+                frame = frame.withColumn("wm_k", F.explode_outer(slides))
+                start = last - F.col("wm_k") * F.lit(window.slide_ms)
+                size = window.size_ms
+            elif isinstance(window, Global):
+                start, size = F.lit(GLOBAL_START), 0
+            else:  # pragma: no cover - the spec validates the kinds
+                raise ValueError(f"unknown window {window!r}")
+            frame = frame.withColumn("wm_start", F.when(accepted, start))
+            groups.append("wm_start")
+            starts = F.col("wm_start")
+            ends = F.lit(GLOBAL_END) if isinstance(window, Global) else F.col("wm_start") + F.lit(size)
+        aggregated = frame.groupBy(*groups).agg(
+            *self.partial_exprs(),
+            F.count(F.lit(1)).alias("wm_events"),
+            F.max("wm_t").alias("wm_max_t"),
+        )
+        return aggregated.select(
+            *self.keys,
+            starts.cast("long").alias("window_start"),
+            ends.cast("long").alias("window_end"),
+            "wm_reason",
+            *self.partial_columns(),
+            "wm_events",
+            "wm_max_t",
+        )
+
+    # ------------------------------------------------------------------------------------------ combine
+
+    def read_state(self) -> DataFrame | None:
+        state_in = self.request.get("state_in")
+        if not state_in or not path_exists(self.spark, state_in):
+            return None
+        state = self.spark.read.parquet(state_in)
+        expected = [*self.keys, "window_start", "window_end", *self.partial_columns(), *STATE_FLAGS]
+        if state.columns != expected:
+            raise ValueError(
+                f"state {state_in} has columns {state.columns}, expected {expected}: the aggregate's spec changed; "
+                "start a new pipeline name (or delete its state) to change keys or aggregates"
+            )
+        return state
+
+    def with_fresh_flags(self, partials: DataFrame, values: StructType) -> DataFrame:
+        pane = self.pane_struct_type(values)
+        return partials.select(
+            *self.keys,
+            "window_start",
+            "window_end",
+            *self.partial_columns(),
+            F.lit(True).alias("dirty"),
+            F.lit(False).alias("on_time_fired"),
+            F.lit(None).cast(pane).alias("last_pane"),
+            F.array().cast(f"array<{pane.simpleString()}>").alias("owed"),
+        )
+
+    @staticmethod
+    def pane_struct_type(values: StructType) -> StructType:
+        return StructType.fromJson(
+            {
+                "type": "struct",
+                "fields": [
+                    {"name": "window_start", "type": "long", "nullable": True, "metadata": {}},
+                    {"name": "window_end", "type": "long", "nullable": True, "metadata": {}},
+                    {"name": "timing", "type": "string", "nullable": True, "metadata": {}},
+                    {"name": "pane_index", "type": "long", "nullable": True, "metadata": {}},
+                    {"name": "values", "type": values.jsonValue(), "nullable": True, "metadata": {}},
+                ],
+            }
+        )
+
+    def combine(self, fresh: DataFrame, state: DataFrame | None) -> DataFrame:
+        """Stored windows plus the run's partials: one row per window (rule 4)."""
+        if state is None:
+            return fresh
+        both = state.withColumn("wm_old", F.lit(True)).unionByName(fresh.withColumn("wm_old", F.lit(False)))
+        if not self.spec.window.merging:
+            return both.groupBy(*self.keys, "window_start", "window_end").agg(
+                *self.merge_exprs(),
+                F.bool_or("dirty").alias("dirty"),
+                F.bool_or("on_time_fired").alias("on_time_fired"),
+                F.first("last_pane", ignorenulls=True).alias("last_pane"),
+                F.flatten(F.collect_list("owed")).alias("owed"),
+            )
+        # sessions: a row starts a new group unless it starts at or before the end so far of the key's rows
+        ordered = Window.partitionBy(*self.keys).orderBy("window_start", "window_end")
+        end_so_far = F.max("window_end").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+        starts_group = F.when(end_so_far.isNull() | (F.col("window_start") > end_so_far), 1).otherwise(0)
+        grouped = both.withColumn("wm_starts", starts_group).withColumn(
+            "wm_group", F.sum("wm_starts").over(ordered.rowsBetween(Window.unboundedPreceding, 0))
+        )
+        old = F.col("wm_old")
+        member = F.struct("window_start", "window_end", "dirty", "on_time_fired", "last_pane", "owed")
+        merged = grouped.groupBy(*self.keys, "wm_group").agg(
+            F.min("window_start").alias("window_start"),
+            F.max("window_end").alias("window_end"),
+            *self.merge_exprs(),
+            F.count(F.when(~old, 1)).alias("wm_news"),
+            F.collect_list(F.when(old, member)).alias("wm_members"),
+        )
+        only = F.get(F.col("wm_members"), 0)
+        same = (F.size("wm_members") == 1) & (only["window_start"] == F.col("window_start"))
+        same = same & (only["window_end"] == F.col("window_end"))
+        owed_type = fresh.schema["owed"].dataType
+        owed_by_members: Column = F.array().cast(owed_type)
+        if self.spec.retracting:  # a merged session owes every member's retractions and last pane
+            owed_by_members = F.flatten(
+                F.transform(
+                    "wm_members",
+                    lambda m: F.concat(m["owed"], F.filter(F.array(m["last_pane"]), lambda p: p.isNotNull())),
+                )
+            )
+        return merged.select(
+            *self.keys,
+            "window_start",
+            "window_end",
+            *self.partial_columns(),
+            F.when(same, only["dirty"] | (F.col("wm_news") > 0)).otherwise(True).alias("dirty"),
+            F.when(same, only["on_time_fired"]).otherwise(False).alias("on_time_fired"),
+            F.when(same, only["last_pane"]).alias("last_pane"),
+            F.when(same, only["owed"]).otherwise(owed_by_members).alias("owed"),
+        )
+
+    # --------------------------------------------------------------------------------------------- fire
+
+    def decide(self, windows: DataFrame, watermark: int | None) -> DataFrame:
+        """Rules 5-7 row by row: ``wm_timing`` (null: no firing), ``wm_fires``, ``wm_purged``, ``wm_values``."""
+        spec = self.spec
+        end = F.col("window_end")
+        if watermark is None:
+            complete, purged = F.lit(False), F.lit(False)
+        else:
+            complete = F.lit(watermark) >= end
+            purged = end <= F.lit(watermark - spec.allowed_lateness_ms)
+        dirty = F.col("dirty")
+        timing = (
+            F.when(complete & ~F.col("on_time_fired"), Timing.ON_TIME.value)
+            .when(complete & dirty & (F.lit(spec.late_firing) | purged), Timing.LATE.value)
+            .when(~complete & dirty & F.lit(spec.early_firing), Timing.EARLY.value)
+        )
+        values = self.final_values()
+        skip = F.lit(False)
+        if spec.fire_only_updated_panes:
+            skip = (F.size("owed") == 0) & F.col("last_pane").isNotNull() & F.col("last_pane.values").eqNullSafe(values)
+        return windows.select(
+            "*",
+            timing.alias("wm_timing"),
+            (timing.isNotNull() & ~skip).alias("wm_fires"),
+            purged.alias("wm_purged"),
+            values.alias("wm_values"),
+        )
+
+    def panes(self, decided: DataFrame, watermark: int | None) -> DataFrame:
+        """The pane rows: retractions (retracting mode) and the new panes of the windows that fire."""
+        fired = decided.where("wm_fires")
+        index = F.when(F.col("last_pane").isNull(), F.lit(0)).otherwise(F.col("last_pane.pane_index") + 1)
+        new_pane = F.struct(
+            "window_start",
+            "window_end",
+            F.col("wm_timing").alias("timing"),
+            index.cast("long").alias("pane_index"),
+            F.col("wm_values").alias("values"),
+        )
+        rows = fired.select(*self.keys, F.lit(False).alias("retraction"), new_pane.alias("pane"))
+        if self.spec.retracting:
+            retracted = F.concat("owed", F.filter(F.array("last_pane"), lambda p: p.isNotNull()))
+            rows = fired.select(
+                *self.keys, F.lit(True).alias("retraction"), F.explode(retracted).alias("pane")
+            ).unionByName(rows)
+        names = [a.name for a in self.spec.aggregates]
+        return rows.select(
+            F.col("pane.window_start").alias("window_start"),
+            F.col("pane.window_end").alias("window_end"),
+            *self.keys,
+            *[F.col(f"pane.values.{n}").alias(n) for n in names],
+            F.col("pane.timing").alias("pane"),
+            F.col("pane.pane_index").alias("pane_index"),
+            "retraction",
+            F.lit(watermark).cast("long").alias("watermark_ms"),
+            F.lit(self.run_id).alias("run_id"),
+        )
+
+    def next_state(self, decided: DataFrame) -> DataFrame:
+        fires, timing = F.col("wm_fires"), F.col("wm_timing")
+        index = F.when(F.col("last_pane").isNull(), F.lit(0)).otherwise(F.col("last_pane.pane_index") + 1)
+        new_pane = F.struct(
+            "window_start", "window_end", timing.alias("timing"), index.cast("long").alias("pane_index"),
+            F.col("wm_values").alias("values"),
+        )  # fmt: skip
+        partials: list[Column] = [F.col(c) for c in self.partial_columns()]
+        if self.spec.accumulation is Accumulation.DISCARDING:
+            partials = [
+                F.when(fires, empty).otherwise(F.col(c)).alias(c)
+                for c, empty in zip(self.partial_columns(), self.empty_partials(decided), strict=True)
+            ]
+        return decided.where(~F.col("wm_purged")).select(
+            *self.keys,
+            "window_start",
+            "window_end",
+            *partials,
+            F.when(timing.isNotNull(), False).otherwise(F.col("dirty")).alias("dirty"),
+            (F.col("on_time_fired") | F.coalesce(timing == Timing.ON_TIME.value, F.lit(False))).alias("on_time_fired"),
+            F.when(fires, new_pane).otherwise(F.col("last_pane")).alias("last_pane"),
+            F.when(fires, F.array().cast(decided.schema["owed"].dataType)).otherwise(F.col("owed")).alias("owed"),
+        )
+
+    # ---------------------------------------------------------------------------------------------- run
+
+    def watermark(self, max_event_time: int | None) -> int | None:
+        """Rule 3; the store's value is passed in the request (``source_watermark_ms``)."""
+        return next_watermark(self.spec.watermark, self.previous_watermark, max_event_time, self.source_watermark)
+
+    def run(self) -> dict[str, Any]:
+        started = time.time()
+        request = self.request
+        events = self.read_events()
+        counts: dict[str | None, int] = {}
+        fresh: DataFrame | None = None
+        max_times: list[int | None] = [self.previous_max_event]
+        if events is not None:
+            classified = self.classified(events)
+            partials = self.new_partials(classified).localCheckpoint()  # one row per (keys, window): small
+            totals = (
+                partials.groupBy("wm_reason")
+                .agg(F.sum("wm_events").alias("events"), F.max("wm_max_t").alias("max_t"))
+                .collect()
+            )  # one row per reason (at most three)
+            counts = {row["wm_reason"]: int(row["events"]) for row in totals}
+            max_times += [r["max_t"] for r in totals if r["wm_reason"] != LateReason.INVALID_EVENT_TIME.value]
+            if any(reason is not None for reason in counts):
+                late = classified.where(F.col("wm_reason").isNotNull()).select(
+                    *events.columns,
+                    F.col("wm_reason").alias("reason"),
+                    F.lit(self.run_id).alias("run_id"),
+                    F.lit(self.version).alias(RUN_PARTITION),
+                )
+                self._write_run_partition(late, request["late_output"])
+            accepted = partials.where(F.col("wm_reason").isNull()).drop("wm_reason", "wm_events", "wm_max_t")
+            values_type = accepted.select(self.final_values().alias("v")).schema["v"].dataType
+            assert isinstance(values_type, StructType)
+            fresh = self.with_fresh_flags(accepted, values_type)
+        seen = [v for v in max_times if v is not None]
+        max_event_time = max(seen) if seen else None
+        watermark = self.watermark(max_event_time)
+
+        state = self.read_state()
+        if fresh is None and state is None:
+            return self._manifest(started, counts, watermark, max_event_time, None, None)
+        windows = self.combine(fresh, state) if fresh is not None else state
+        assert windows is not None
+        decided = self.decide(windows, watermark).localCheckpoint()  # open windows: small
+
+        panes = self.panes(decided, watermark).withColumn(RUN_PARTITION, F.lit(self.version))
+        self._write_run_partition(panes, request["output"])
+        self.next_state(decided).write.mode("overwrite").parquet(request["state_out"])
+        fired = decided.agg(
+            *[F.count(F.when(F.col("wm_fires") & (F.col("wm_timing") == t.value), 1)).alias(t.value) for t in Timing],
+            F.sum(F.when(F.col("wm_fires"), F.size("owed") + F.col("last_pane").isNotNull().cast("int"))).alias(
+                "retractions"
+            ),
+            F.count(F.lit(1)).alias("windows"),
+            F.count(F.when(F.col("wm_purged"), 1)).alias("purged"),
+        ).first()  # one row
+        assert fired is not None
+        return self._manifest(started, counts, watermark, max_event_time, fired, request["state_out"])
+
+    def _manifest(
+        self,
+        started: float,
+        counts: dict[str | None, int],
+        watermark: int | None,
+        max_event_time: int | None,
+        fired: Any,
+        state_path: str | None,
+    ) -> dict[str, Any]:
+        request = self.request
+        pane_counts = {t.value: int(fired[t.value]) if fired else 0 for t in Timing}
+        pane_counts["RETRACTION"] = int(fired["retractions"] or 0) if fired and self.spec.retracting else 0
+        late = any(reason is not None for reason in counts)
+        return {
+            "status": "succeeded",
+            "job": "windowed_aggregate",
+            "pipeline": request.get("pipeline"),
+            "run_id": self.run_id,
+            "version": self.version,
+            "watermark_ms": watermark,
+            "previous_watermark_ms": self.previous_watermark,
+            "max_event_time_ms": max_event_time,
+            "arrival_from_ms": request.get("arrival_from_ms"),
+            "arrival_until_ms": request.get("arrival_until_ms"),
+            "totals": {
+                "events_read": sum(counts.values()),
+                "events_aggregated": counts.get(None, 0),
+                "too_late": counts.get(LateReason.TOO_LATE.value, 0),
+                "invalid_event_time": counts.get(LateReason.INVALID_EVENT_TIME.value, 0),
+                "panes": pane_counts,
+                "windows_open": int(fired["windows"]) - int(fired["purged"]) if fired else 0,
+                "windows_purged": int(fired["purged"]) if fired else 0,
+            },
+            "output": request["output"],
+            "late_output": request["late_output"] if late else None,
+            "state_path": state_path,
+            "duration_s": round(time.time() - started, 3),
+        }
+
+    def _write_run_partition(self, frame: DataFrame, path: str) -> None:
+        """Replace this run's partition only (a retry or re-run overwrites its own rows)."""
+        frame.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(RUN_PARTITION).parquet(
+            path
+        )
+
+
+def run(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    return Job(spark, request).run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``windowed_aggregate.py <request.json>``: the manifest goes next to it (``round_out``)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if len(arguments) != 1:
+        raise SystemExit("usage: windowed_aggregate.py <request.json URL>")
+    spark = get_session("wm-windowed-aggregate")
+    request = read_json(spark, arguments[0])
+    manifest_path = f"{request['round_out'].rstrip('/')}/{MANIFEST_NAME}"
+    return write_manifest_after(spark, "windowed_aggregate", manifest_path, lambda: run(spark, request))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""WindowedAggregateOperator on real Airflow (dag.test, SQLite) submitting the real job through SparkSubmitHook."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from airflow.models.variable import Variable
+from airflow.sdk import Asset
+
+from airflow_provider_wm.core.windowing import Accumulation, BoundedOutOfOrderness, SqlAggregate, StoreWatermark
+from airflow_provider_wm.core.windows import Session, Sliding, Tumbling
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.operators.windowed_aggregate import (
+    WindowedAggregateOperator,
+    global_window,
+    session,
+    sliding,
+    tumbling,
+)
+from airflow_provider_wm.state import windowed_variable_key
+from tests.airflow_helpers import fresh_dag, run_dag, xcom
+
+T0 = datetime(2026, 1, 5, tzinfo=UTC)
+T0_MS = int(T0.timestamp() * 1000)
+MINUTE = 60_000
+REQUIRED = {
+    "task_id": "w",
+    "pipeline": "w1",
+    "events": "/events",
+    "event_time": "event_time",
+    "window": tumbling("PT5M"),
+    "aggregates": {"n": "count(*)"},
+    "output": "/out",
+    "store_path": "/store",
+    "watermark": {"stream": "orders"},
+}
+
+
+def test_window_helpers_take_durations():
+    assert tumbling("PT5M") == Tumbling(300_000)
+    assert tumbling(timedelta(hours=1), offset=60) == Tumbling(3_600_000, 60_000)
+    assert sliding("PT10M", "PT5M") == Sliding(600_000, 300_000)
+    assert session(120) == Session(120_000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pipeline": "../x"}, "pipeline='../x'"),
+        ({"window": "5 minutes"}, "window='5 minutes' must be a Tumbling"),
+        ({"aggregates": {"n": "median(x)"}}, r"aggregates\['n'\]='median\(x\)' must be count"),
+        ({"aggregates": {}}, "at least one aggregate"),
+        ({"allowed_lateness": -5}, "allowed_lateness=-5 must not be negative"),
+        ({"allowed_lateness": "soon"}, "allowed_lateness='soon'"),
+        ({"accumulation": "SOMETIMES"}, "accumulation='SOMETIMES'"),
+        ({"accumulation": "DISCARDING", "fire_only_updated_panes": True}, "fire_only_updated_panes=True is invalid"),
+        ({"window": session("PT2M")}, "keyed only"),
+        ({"watermark": {"stream": "../x"}}, r"watermark.stream='../x'"),
+        ({"watermark": {"delay": 5}}, "watermark=.* must be"),
+        ({"keys": "region"}, "keys='region' must be a list"),
+        ({"keys": ["pane"]}, "output columns"),
+        ({"event_time": "event time"}, "event_time='event time'"),
+        ({"output": ""}, "output='' must be a non-empty path"),
+    ],
+)
+def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WindowedAggregateOperator(**{**REQUIRED, **kwargs})
+
+
+def test_bad_window_durations_fail_naming_the_argument():
+    with pytest.raises(ValueError, match="size_ms=0"):
+        tumbling(0)
+    with pytest.raises(ValueError, match="multiple of slide_ms"):
+        sliding("PT10M", "PT3M")
+
+
+def test_arguments_become_the_core_spec():
+    op = WindowedAggregateOperator(
+        **{
+            **REQUIRED,
+            "aggregates": {"n": "count(*)", "total": "SUM(amount)", "u": SqlAggregate("x", "sum(a)", "sum({partial})")},
+            "watermark": {"max_delay": "PT1M"},
+            "keys": ["region"],
+            "accumulation": "accumulating_and_retracting",
+            "allowed_lateness": "PT10M",
+        }
+    )
+    assert [(a.name, getattr(a, "function", None)) for a in op.spec.aggregates] == [
+        ("n", "count"),
+        ("total", "sum"),
+        ("u", None),
+    ]
+    assert op.spec.watermark == BoundedOutOfOrderness(60_000) and op.spec.allowed_lateness_ms == 600_000
+    assert op.spec.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
+    assert op.max_active_tis_per_dag == 1 and op.late_output == "/out_late"
+    global_op = WindowedAggregateOperator(**{**REQUIRED, "window": global_window(), "early_firing": True})
+    assert global_op.spec.watermark == StoreWatermark("orders")
+
+
+def write_events(path, batch: int, rows: list[tuple[str, int | None, int, int]]) -> None:
+    """(region, event minute, amount, arrival minute) rows as one Parquet file."""
+    path.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {
+            "region": [r[0] for r in rows],
+            "event_time": pa.array(
+                [None if r[1] is None else T0 + timedelta(minutes=r[1]) for r in rows], pa.timestamp("ms", tz="UTC")
+            ),
+            "amount": [r[2] for r in rows],
+            "ingested_at": pa.array([T0 + timedelta(minutes=r[3]) for r in rows], pa.timestamp("ms", tz="UTC")),
+        }
+    )
+    pq.write_table(table, path / f"batch-{batch}.parquet")
+
+
+def aggregate_dag(tmp_path, pipeline: str, **kwargs):
+    arguments = {
+        "events": str(tmp_path / "events"),
+        "event_time": "event_time",
+        "arrival_column": "ingested_at",
+        "keys": ["region"],
+        "window": tumbling("PT15M"),
+        "aggregates": {"orders": "count(*)", "revenue": "sum(amount)"},
+        "watermark": {"stream": "orders"},
+        "allowed_lateness": "PT30M",
+        "accumulation": "ACCUMULATING_AND_RETRACTING",
+        "output": str(tmp_path / "panes"),
+        "store_path": str(tmp_path / "store"),
+    }
+    dag = fresh_dag("windows")
+    with dag:
+        WindowedAggregateOperator(task_id="revenue", pipeline=pipeline, **{**arguments, **kwargs})
+    return dag
+
+
+def publish(tmp_path, minute: int) -> None:
+    WatermarkStoreHook(str(tmp_path / "store")).publish(
+        {
+            "stream": "orders",
+            "lower_ms": T0_MS + minute * MINUTE,
+            "upper_ms": T0_MS + minute * MINUTE,
+            "stream_cut": {},
+            "computed_at_ms": T0_MS + minute * MINUTE,
+            "run_id": f"m{minute}",
+        }
+    )
+
+
+def committed(pipeline: str):
+    return Variable.get(windowed_variable_key(pipeline), default_var=None, deserialize_json=True)
+
+
+def panes(tmp_path) -> list[tuple]:
+    table = pq.read_table(tmp_path / "panes").to_pylist()
+    return sorted(
+        (r["wm_run"], r["region"], r["window_start"] - T0_MS, r["pane"], r["retraction"], r["orders"], r["revenue"])
+        for r in table
+    )
+
+
+@pytest.mark.slow
+def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_events(airflow_db, tmp_path):
+    asset = Asset(name="revenue_15m_test", uri=f"file://{tmp_path / 'panes'}")
+    dag = aggregate_dag(tmp_path, "revenue_a", asset=asset)
+    write_events(tmp_path / "events", 1, [("eu", 1, 10, 2), ("eu", 16, 5, 17), ("us", 20, 7, 50), ("eu", None, 1, 3)])
+    publish(tmp_path, 15)
+    run1, states = run_dag(dag, T0 + timedelta(minutes=30))
+    assert states == {"revenue": "success"}
+    first = committed("revenue_a")
+    assert first["version"] == 1 and first["watermark_ms"] == T0_MS + 15 * MINUTE
+    assert first["arrival_until_ms"] == T0_MS + 30 * MINUTE
+    summary = xcom(run1, "revenue")
+    assert summary["panes"]["ON_TIME"] == 1 and summary["invalid_event_time"] == 1 and summary["events_read"] == 3
+    assert xcom(run1, "revenue", "state") == first
+
+    # run 2: the us event arrived at minute 50 (after run 1's cut-off), one late eu event, one too late
+    write_events(tmp_path / "events", 2, [("eu", 5, 1, 55), ("eu", 0, 100, 56)])
+    publish(tmp_path, 60)
+    _run2, states = run_dag(dag, T0 + timedelta(minutes=60))
+    assert states == {"revenue": "success"}
+    assert panes(tmp_path) == [
+        (1, "eu", 0, "ON_TIME", False, 1, 10),
+        (2, "eu", 0, "LATE", False, 3, 111),
+        (2, "eu", 0, "ON_TIME", True, 1, 10),
+        (2, "eu", 15 * MINUTE, "ON_TIME", False, 1, 5),
+        (2, "us", 15 * MINUTE, "ON_TIME", False, 1, 7),
+    ]
+    second = committed("revenue_a")
+    assert second["version"] == 2 and second["watermark_ms"] == T0_MS + 60 * MINUTE
+
+    write_events(tmp_path / "events", 3, [("eu", 2, 1000, 70)])  # 00:02 < 01:00 - 30 min: too late
+    run3, states = run_dag(dag, T0 + timedelta(minutes=90))
+    assert states == {"revenue": "success"} and xcom(run3, "revenue")["too_late"] == 1
+    late = pq.read_table(tmp_path / "panes_late").to_pylist()
+    assert sorted((r["wm_run"], r["reason"], r["amount"]) for r in late) == [
+        (1, "INVALID_EVENT_TIME", 1),
+        (3, "TOO_LATE", 1000),
+    ]
+
+
+@pytest.mark.slow
+def test_a_failed_run_commits_nothing_and_a_changed_spec_is_refused(airflow_db, tmp_path):
+    write_events(tmp_path / "events", 1, [("eu", 1, 10, 2)])
+    publish(tmp_path, 15)
+    broken = aggregate_dag(tmp_path, "revenue_b", event_time="no_such_column")
+    _run, states = run_dag(broken, T0 + timedelta(minutes=30))
+    assert states == {"revenue": "failed"} and committed("revenue_b") is None
+
+    _run, states = run_dag(aggregate_dag(tmp_path, "revenue_b"), T0 + timedelta(minutes=30))
+    assert states == {"revenue": "success"} and committed("revenue_b")["version"] == 1
+    changed = aggregate_dag(tmp_path, "revenue_b", window=tumbling("PT5M"))
+    _run, states = run_dag(changed, T0 + timedelta(minutes=60))
+    assert states == {"revenue": "failed"} and committed("revenue_b")["version"] == 1

@@ -1,0 +1,281 @@
+"""The windowed-aggregate job on real Spark: the worked examples, bad data, retries, and a differential test
+against ``core.windowing`` over random runs for every window kind and accumulation mode."""
+
+from __future__ import annotations
+
+import os
+import random
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_wm.core.windowing import (
+    Accumulation,
+    Aggregate,
+    AggregationSpec,
+    AggregationState,
+    BoundedOutOfOrderness,
+    Event,
+    SqlAggregate,
+    StoreWatermark,
+    run,
+)
+from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling
+from spark_jobs import windowed_aggregate
+
+EVENT_SCHEMA = "k string, t long, v int, arrival long"
+
+
+class Pipeline:
+    """Runs the job run after run on the shared session, carrying state and cut-offs like the operator."""
+
+    def __init__(self, spark, tmp_path: Path, spec: AggregationSpec, event_time: str = "t") -> None:
+        self.spark, self.base, self.spec, self.event_time = spark, tmp_path, spec, event_time
+        self.version, self.previous, self.state, self.arrival = 0, {}, None, None
+
+    def write(self, rows: list[tuple[Any, ...]], arrival: int, schema: str = EVENT_SCHEMA) -> None:
+        self.spark.createDataFrame([(*r, arrival) for r in rows], schema).write.mode("append").parquet(
+            str(self.base / "events")
+        )
+
+    def request(self, arrival_until: int, source: int | None, version: int) -> dict[str, Any]:
+        run_dir = self.base / "runs" / str(version)
+        return {
+            "pipeline": "p",
+            "run_id": f"run-{version}",
+            "version": version,
+            "spec": self.spec.to_json(),
+            "events": str(self.base / "events"),
+            "event_time": self.event_time,
+            "arrival_column": "arrival",
+            "arrival_from_ms": self.arrival,
+            "arrival_until_ms": arrival_until,
+            "previous": self.previous,
+            "source_watermark_ms": source,
+            "state_in": self.state,
+            "state_out": str(self.base / "state" / f"v{version}"),
+            "output": str(self.base / "panes"),
+            "late_output": str(self.base / "late"),
+            "round_out": str(run_dir),
+        }
+
+    def run(self, rows, source: int | None = None, arrival: int | None = None, commit: bool = True):
+        arrival = (self.arrival or 0) + 1 if arrival is None else arrival
+        if rows:
+            self.write(rows, arrival)
+        version = self.version + 1
+        manifest = windowed_aggregate.run(self.spark, self.request(arrival, source, version))
+        if commit:
+            self.version, self.arrival, self.state = version, arrival, manifest["state_path"]
+            self.previous = {
+                "watermark_ms": manifest["watermark_ms"],
+                "max_event_time_ms": manifest["max_event_time_ms"],
+            }
+        return manifest
+
+    def panes(self, version: int | None = None) -> list[tuple[Any, ...]]:
+        frame = self.spark.read.parquet(str(self.base / "panes"))
+        if version is not None:
+            frame = frame.where(f"wm_run = {version}")
+        names = [a.name for a in self.spec.aggregates]
+        rows = [
+            (
+                tuple(r[k] for k in self.spec.keys),
+                r["window_start"],
+                r["window_end"],
+                tuple(r[n] for n in names),
+                r["pane"],
+                r["pane_index"],
+                r["retraction"],
+                r["watermark_ms"],
+            )
+            for r in frame.collect()
+        ]
+        return sorted(rows, key=repr)
+
+    def late(self) -> list[tuple[Any, ...]]:
+        path = self.base / "late"
+        if not path.exists():
+            return []
+        rows = self.spark.read.parquet(str(path)).collect()
+        return sorted(((r["k"], r[self.event_time], r["reason"], r["wm_run"]) for r in rows), key=repr)
+
+
+def core_rows(spec: AggregationSpec, results) -> list[tuple[Any, ...]]:
+    rows = [
+        (p.key, p.window.start, p.window.end, p.values, p.timing.value, p.index, p.retraction, p.watermark_ms)
+        for r in results
+        for p in r.panes
+    ]
+    return sorted(rows, key=repr)
+
+
+SUM_V = (Aggregate("v", "sum", "v"),)
+
+
+def test_worked_example_tumbling_retracting_then_purged_then_too_late(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(1000),
+        SUM_V,
+        keys=("k",),
+        watermark=StoreWatermark("s"),
+        allowed_lateness_ms=1000,
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING,
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    m1 = pipeline.run([("a", 100, 2), ("a", 200, 3)], source=1200)
+    m2 = pipeline.run([("a", 900, 4)], source=3000)
+    m3 = pipeline.run([("a", 120, 5)], source=3000)
+    assert pipeline.panes() == [
+        (("a",), 0, 1000, (5,), "ON_TIME", 0, False, 1200),
+        (("a",), 0, 1000, (5,), "ON_TIME", 0, True, 3000),
+        (("a",), 0, 1000, (9,), "LATE", 1, False, 3000),
+    ]
+    assert m1["totals"]["panes"]["ON_TIME"] == 1 and m2["totals"]["panes"] == {
+        "EARLY": 0, "ON_TIME": 0, "LATE": 1, "RETRACTION": 1,
+    }  # fmt: skip
+    assert m2["totals"]["windows_purged"] == 1 and m2["totals"]["windows_open"] == 0
+    assert m3["totals"]["too_late"] == 1 and m3["totals"]["events_aggregated"] == 0
+    assert pipeline.late() == [("a", 120, "TOO_LATE", 3)]
+
+
+def test_worked_example_session_merge_retracts_both_sessions(spark, tmp_path):
+    spec = AggregationSpec(
+        Session(2000),
+        SUM_V,
+        keys=("k",),
+        watermark=StoreWatermark("s"),
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING,
+        early_firing=True,
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.run([("a", 1100, 2), ("a", 2000, 3)], source=0)
+    pipeline.run([("a", 5000, 4)], source=0)
+    pipeline.run([("a", 3500, 3)], source=0)
+    assert [p[1:7] for p in pipeline.panes(3)] == [
+        (1100, 4000, (5,), "EARLY", 0, True),
+        (1100, 7000, (12,), "EARLY", 0, False),
+        (5000, 7000, (4,), "EARLY", 0, True),
+    ]
+
+
+def test_invalid_times_are_quarantined_with_their_columns_and_counted(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=BoundedOutOfOrderness(0))
+    pipeline = Pipeline(spark, tmp_path, spec)
+    manifest = pipeline.run([("a", None, 1), ("a", -3, 1), ("b", 4, 7)])
+    assert manifest["totals"]["invalid_event_time"] == 2 and manifest["totals"]["events_read"] == 3
+    assert pipeline.late() == [("a", -3, "INVALID_EVENT_TIME", 1), ("a", None, "INVALID_EVENT_TIME", 1)]
+    assert manifest["watermark_ms"] == 4 and manifest["max_event_time_ms"] == 4
+
+
+def test_string_event_times_are_parsed_and_unparseable_ones_quarantined(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(60_000), (Aggregate("n", "count"),), keys=("k",), watermark=BoundedOutOfOrderness(0)
+    )
+    pipeline = Pipeline(spark, tmp_path, spec, event_time="ts")
+    rows = [("a", "2026-01-01T00:00:30Z", 1), ("a", "not a time", 1), ("a", "2026-01-01T00:01:00Z", 1)]
+    pipeline.write(rows, 1, schema="k string, ts string, v int, arrival long")
+    manifest = windowed_aggregate.run(spark, pipeline.request(1, None, 1))
+    assert manifest["totals"]["invalid_event_time"] == 1
+    assert [(p[1], p[3]) for p in pipeline.panes()] == [(1_767_225_600_000, (1,))]
+
+
+def test_a_retried_run_replaces_its_own_panes_and_starts_from_the_same_state(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=StoreWatermark("s"))
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.run([("a", 1, 1)], source=5)
+    first = pipeline.run([("a", 7, 2)], source=10, commit=False)  # the task fails after the job
+    second = pipeline.run([], source=10, arrival=2)  # its retry: same version, same cut-offs
+    assert first["version"] == second["version"] == 2
+    assert pipeline.panes() == [(("a",), 0, 10, (3,), "ON_TIME", 0, False, 10)]
+
+
+def test_sql_aggregates_merge_across_runs_like_a_batch(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(100),
+        (
+            SqlAggregate("users", "hll_sketch_agg(k)", "hll_union_agg({partial})", "hll_sketch_estimate({partial})"),
+            SqlAggregate("squares", "sum(v * v)", "sum({partial})"),
+        ),
+        keys=(),
+        watermark=StoreWatermark("s"),
+        allowed_lateness_ms=1000,
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.run([("a", 1, 2), ("b", 2, 3)], source=0)
+    pipeline.run([("a", 3, 1), ("c", 4, 1)], source=100)
+    assert [p[3] for p in pipeline.panes()] == [(3, 15)]
+
+
+def test_changing_keys_of_an_existing_pipeline_is_refused(spark, tmp_path):
+    pipeline = Pipeline(spark, tmp_path, AggregationSpec(Tumbling(10), SUM_V, ("k",), StoreWatermark("s")))
+    pipeline.run([("a", 1, 1)], source=0)
+    pipeline.spec = AggregationSpec(Tumbling(10), SUM_V, (), StoreWatermark("s"))
+    with pytest.raises(ValueError, match="spec changed"):
+        pipeline.run([("a", 2, 1)], source=0)
+
+
+# ---------------------------------------------------------------------------------------- differential
+
+WINDOWS = {
+    "tumbling": Tumbling(10, 3),
+    "sliding": Sliding(12, 4),
+    "session": Session(5),
+    "global": Global(),
+}
+AGGREGATES = (
+    Aggregate("n", "count"),
+    Aggregate("nv", "count", "v"),
+    Aggregate("s", "sum", "v"),
+    Aggregate("lo", "min", "v"),
+    Aggregate("hi", "max", "v"),
+    Aggregate("a", "avg", "v"),
+)
+EXAMPLES = int(os.environ.get("WM_DIFFERENTIAL_EXAMPLES", "1"))
+
+
+def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation):
+    window = WINDOWS[window_kind]
+    spec = AggregationSpec(
+        window,
+        AGGREGATES,
+        keys=("k",),
+        watermark=rnd.choice([StoreWatermark("s"), BoundedOutOfOrderness(rnd.randint(0, 20))]),
+        allowed_lateness_ms=rnd.randint(0, 25),
+        accumulation=accumulation,
+        early_firing=rnd.random() < 0.5 or window_kind == "global",
+        late_firing=rnd.random() < 0.7,
+        fire_only_updated_panes=accumulation is not Accumulation.DISCARDING and rnd.random() < 0.3,
+    )
+    runs, clock = [], 0
+    for _ in range(rnd.randint(3, 4)):
+        clock += rnd.randint(5, 30)
+        rows = [
+            (rnd.choice(["a", "b", "c", None]), max(-1, clock - rnd.randint(0, 40)), rnd.choice([None, *range(-3, 9)]))
+            for _ in range(rnd.randint(0, 15))
+        ]
+        runs.append((rows, clock - rnd.randint(0, 15)))
+    return spec, runs
+
+
+@pytest.mark.parametrize("accumulation", list(Accumulation))
+@pytest.mark.parametrize("window_kind", list(WINDOWS))
+def test_job_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, accumulation):
+    for example in range(EXAMPLES):
+        seed = zlib.crc32(f"{window_kind}-{accumulation.value}-{example}".encode())
+        spec, runs = random_case(random.Random(seed), window_kind, accumulation)
+        pipeline = Pipeline(spark, tmp_path / f"e{example}", spec)
+        state, results = AggregationState(), []
+        for rows, source in runs:
+            result = run(spec, state, [Event(t, (k,), {"v": v}) for k, t, v in rows], source)
+            state = result.state
+            results.append(result)
+            manifest = pipeline.run(rows, source=source)
+            assert manifest["watermark_ms"] == result.watermark_ms, (seed, manifest)
+            assert manifest["totals"]["panes"] == result.pane_counts(), seed
+        assert pipeline.panes() == core_rows(spec, results), seed
+        expected_late = Counter((e.key[0], e.time_ms, why) for r in results for e, why in r.late)
+        assert Counter(row[:3] for row in pipeline.late()) == expected_late, seed
