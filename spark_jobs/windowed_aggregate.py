@@ -24,14 +24,15 @@ or re-run task replaces its own rows. The state is written to a new folder per v
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import IntegralType, StructType, TimestampType
 
 from airflow_provider_wm.core.windowing import (
     Accumulation,
@@ -153,11 +154,13 @@ class Job:
         if arrival_column:
             if arrival_column not in events.columns:
                 raise ValueError(f"arrival_column={arrival_column!r} is not a column of {request['events']}")
-            arrival = time_ms(F.col(arrival_column), events.schema[arrival_column].dataType, arrival_column)
-            condition = arrival <= F.lit(int(request["arrival_until_ms"]))
-            if request.get("arrival_from_ms") is not None:
-                condition = condition & (arrival > F.lit(int(request["arrival_from_ms"])))
-            events = events.where(condition)
+            raw_type = events.schema[arrival_column].dataType
+            until, since = int(request["arrival_until_ms"]), request.get("arrival_from_ms")
+            arrival = time_ms(F.col(arrival_column), raw_type, arrival_column)
+            condition = arrival <= F.lit(until)
+            if since is not None:
+                condition = condition & (arrival > F.lit(int(since)))
+            events = events.where(_pushable(F.col(arrival_column), raw_type, since, until)).where(condition)
         missing = [c for c in [request["event_time"], *self.keys] if c not in events.columns]
         if missing:
             raise ValueError(f"events {request['events']} lack the columns {missing}; they have {events.columns}")
@@ -413,15 +416,29 @@ class Job:
         max_times: list[int | None] = [self.previous_max_event]
         if events is not None:
             classified = self.classified(events)
-            partials = self.new_partials(classified).localCheckpoint()  # one row per (keys, window): small
-            totals = (
-                partials.groupBy("wm_reason")
-                .agg(F.sum("wm_events").alias("events"), F.max("wm_max_t").alias("max_t"))
-                .collect()
-            )  # one row per reason (at most three)
-            counts = {row["wm_reason"]: int(row["events"]) for row in totals}
-            max_times += [r["max_t"] for r in totals if r["wm_reason"] != LateReason.INVALID_EVENT_TIME.value]
-            if any(reason is not None for reason in counts):
+            # the counts are observed while the scan materialises (no job of their own)
+            totals = Observation("totals")
+            reason = F.col("wm_reason")
+            events_of = {
+                None: reason.isNull(),
+                LateReason.TOO_LATE.value: reason == LateReason.TOO_LATE.value,
+                LateReason.INVALID_EVENT_TIME.value: reason == LateReason.INVALID_EVENT_TIME.value,
+            }
+            partials = (
+                self.new_partials(classified)
+                .observe(
+                    totals,
+                    *[F.sum(F.when(c, F.col("wm_events"))).alias(str(r)) for r, c in events_of.items()],
+                    F.max(
+                        F.when(reason.isNull() | (reason != LateReason.INVALID_EVENT_TIME.value), F.col("wm_max_t"))
+                    ).alias("max_t"),
+                )
+                .localCheckpoint()
+            )  # one row per (keys, window): small
+            observed = totals.get
+            counts = {r: int(observed[str(r)] or 0) for r in events_of}
+            max_times.append(observed["max_t"])
+            if counts[LateReason.TOO_LATE.value] or counts[LateReason.INVALID_EVENT_TIME.value]:
                 late = classified.where(F.col("wm_reason").isNotNull()).select(
                     *events.columns,
                     F.col("wm_reason").alias("reason"),
@@ -442,20 +459,21 @@ class Job:
             return self._manifest(started, counts, watermark, max_event_time, None, None)
         windows = self.combine(fresh, state) if fresh is not None else state
         assert windows is not None
-        decided = self.decide(windows, watermark).localCheckpoint()  # open windows: small
-
+        # decided twice (panes, state) from small frames: cheaper than materialising it in between
+        decided = self.decide(windows, watermark)
         panes = self.panes(decided, watermark).withColumn(RUN_PARTITION, F.lit(self.version))
         self._write_run_partition(panes, request["output"])
-        self.next_state(decided).write.mode("overwrite").parquet(request["state_out"])
-        fired = decided.agg(
-            *[F.count(F.when(F.col("wm_fires") & (F.col("wm_timing") == t.value), 1)).alias(t.value) for t in Timing],
-            F.sum(F.when(F.col("wm_fires"), F.size("owed") + F.col("last_pane").isNotNull().cast("int"))).alias(
-                "retractions"
-            ),
+        fired_counts = Observation("fired")
+        fires = F.col("wm_fires")
+        counted = decided.observe(
+            fired_counts,
+            *[F.count(F.when(fires & (F.col("wm_timing") == t.value), 1)).alias(t.value) for t in Timing],
+            F.sum(F.when(fires, F.size("owed") + F.col("last_pane").isNotNull().cast("int"))).alias("retractions"),
             F.count(F.lit(1)).alias("windows"),
             F.count(F.when(F.col("wm_purged"), 1)).alias("purged"),
-        ).first()  # one row
-        assert fired is not None
+        )
+        self.next_state(counted).write.mode("overwrite").parquet(request["state_out"])
+        fired = fired_counts.get
         return self._manifest(started, counts, watermark, max_event_time, fired, request["state_out"])
 
     def _manifest(
@@ -470,7 +488,7 @@ class Job:
         request = self.request
         pane_counts = {t.value: int(fired[t.value]) if fired else 0 for t in Timing}
         pane_counts["RETRACTION"] = int(fired["retractions"] or 0) if fired and self.spec.retracting else 0
-        late = any(reason is not None for reason in counts)
+        late = any(n for reason, n in counts.items() if reason is not None)
         return {
             "status": "succeeded",
             "job": "windowed_aggregate",
@@ -502,6 +520,19 @@ class Job:
         frame.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(RUN_PARTITION).parquet(
             path
         )
+
+
+def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Column:
+    """The arrival range as a comparison of the raw column with literals, which Parquet can push down to
+    skip row groups (the exact filter on the parsed time follows it)."""
+
+    def literal(ms: int) -> Any:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC) if isinstance(data_type, TimestampType) else ms
+
+    if not isinstance(data_type, TimestampType | IntegralType):
+        return F.lit(True)
+    condition = raw <= F.lit(literal(until))
+    return condition if since is None else condition & (raw > F.lit(literal(since)))
 
 
 def run(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
