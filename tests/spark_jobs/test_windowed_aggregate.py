@@ -234,7 +234,7 @@ AGGREGATES = (
     Aggregate("hi", "max", "v"),
     Aggregate("a", "avg", "v"),
 )
-EXAMPLES = int(os.environ.get("WM_DIFFERENTIAL_EXAMPLES", "1"))
+EXAMPLES = int(os.environ.get("WM_WINDOW_EXAMPLES", "1"))  # random scenarios per window kind and mode
 
 
 def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation):
