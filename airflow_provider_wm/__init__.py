@@ -42,6 +42,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_wm.operators.controller_watermark",
                     "airflow_provider_wm.operators.incremental_partitions",
                     "airflow_provider_wm.operators.reader_time_window",
+                    "airflow_provider_wm.operators.windowed_aggregate",
                 ],
             }
         ],
