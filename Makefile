@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench bench-partitions clean
+.PHONY: setup demo test lint bench bench-partitions bench-windows clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,9 @@ bench: setup
 
 bench-partitions: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/incremental_partitions.py
+
+bench-windows: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/windowed_aggregate.py
 
 clean:
 	rm -rf .demo build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

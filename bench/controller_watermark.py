@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from timing import best_of
 
 from spark_jobs.controller_watermark import RoundArgs, run_round
 
@@ -98,15 +99,6 @@ def marks(
             F.lit(True).alias("last_chunk"),
         ]
     return spark.range(n).select(*columns)
-
-
-def best_of(repeat: int, fn) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
+from timing import best_of
 
 from airflow_provider_wm.core.windowing import Aggregate, AggregationSpec, BoundedOutOfOrderness
 from airflow_provider_wm.core.windows import Session, Sliding, Tumbling, WindowFn
@@ -58,15 +59,6 @@ def generate(spark: SparkSession, path: str, n: int, keys: int, first_id: int, s
         F.timestamp_millis(arrival.cast("long")).alias("ingested_at"),
     )
     events.write.mode("append").parquet(path)
-
-
-def best_of(repeat: int, fn: Callable[[], Any]) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def main() -> None:
