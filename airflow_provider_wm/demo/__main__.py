@@ -4,9 +4,11 @@ Sets up an embedded Airflow (SQLite) in ``$WM_DEMO_DIR`` (default ``./.demo``, w
 example data, and runs the example DAGs through ``dag.test()`` (Spark ``local[*]`` through
 ``SparkSubmitHook``; sensors defer and their triggers run inline):
 
-1. ``dags/example_stream_watermark.py`` and ``dags/example_joined_streams.py`` once per hour of example
-   marks; prints per stream and run what the controller decided, what the sensor saw, and which streams
-   the join excluded as idle;
+1. ``dags/example_stream_watermark.py``, ``dags/example_joined_streams.py`` and
+   ``dags/example_windowed_aggregate.py`` once per hour of example marks and order events; prints per
+   stream and run what the controller decided, what the sensor saw, and which streams the join excluded
+   as idle, then per run of the windowed aggregate its watermark, events and panes (EARLY, ON_TIME, LATE
+   and their retractions), and the windows that received late data;
 2. ``dags/example_incremental_partitions.py`` once per simulated day, with late orders every day and one
    work unit's transformation failing once (its retry re-executes only that unit); prints each run's plan.
 """
@@ -19,6 +21,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 DEMO_DIR = Path(os.environ.get("WM_DEMO_DIR", ".demo")).resolve()
 REPO_DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -41,13 +44,14 @@ def _prepare_environment() -> None:
 
 def main() -> int:
     _prepare_environment()
-    from airflow_provider_wm.demo import data, report
+    from airflow_provider_wm.demo import data, order_events, report
 
     print(f"Demo directory: {DEMO_DIR}")
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     print("Airflow metadata DB migrated (SQLite).")
     counts = data.write(DEMO_DIR / "data")
     print(f"Generated writer marks: {counts}")
+    print(f"Generated order events (by arrival hour): {order_events.write(DEMO_DIR / 'data')}")
 
     from airflow.dag_processing.dagbag import DagBag
 
@@ -61,7 +65,13 @@ def main() -> int:
         print(f"DAG import errors: {join_bag.import_errors}")
         return 1
     join_dag = join_bag.get_dag("example_joined_streams")
+    windows_bag = DagBag(dag_folder=str(REPO_DAGS / "example_windowed_aggregate.py"))
+    if windows_bag.import_errors:
+        print(f"DAG import errors: {windows_bag.import_errors}")
+        return 1
+    windows_dag = windows_bag.get_dag("example_windowed_aggregate")
     outcomes = []
+    window_outcomes: list[dict[str, Any]] = []
     for hour in range(data.HOURS):
         # With CronDataIntervalTimetable a run's logical date is the end of its data interval.
         logical_date = data.START + timedelta(hours=hour + 1)
@@ -74,9 +84,19 @@ def main() -> int:
             "progress": report.xcom_value(join_run, "orders_and_refunds_complete"),
         }
         outcomes.append(outcome)
+        windows_run = windows_dag.test(logical_date=logical_date)  # after the controller published the hour
+        window_outcomes.append(
+            {
+                **report.run_outcome(windows_run),
+                "sensor": report.xcom_value(windows_run, "wait_for_orders"),
+                "summary": report.xcom_value(windows_run, "orders_15m"),
+            }
+        )
     print(report.render(DEMO_DIR / "data" / "store", outcomes))
+    print(report.render_windows(DEMO_DIR / "data", "orders_15m", window_outcomes))
+    outcomes += window_outcomes
     outcomes += _run_partitions_demo()
-    failed = [o for o in outcomes if o["state"] != "success"]
+    failed = [o for o in outcomes if o["state"] != "success" or o.get("join", {}).get("state", "success") != "success"]
     return 1 if failed else 0
 
 

@@ -141,3 +141,117 @@ def render_partitions(store: Path, pipeline: str, outcomes: list[dict[str, Any]]
             lines.append(f"  {unit}: {spans}")
         lines.append(f"  ({len(json.dumps(document['state']))} bytes of state)")
     return "\n".join(lines)
+
+
+def _hm(value: int | None) -> str:
+    """Epoch milliseconds as ``HH:MM`` (UTC; the demo spans one day)."""
+    return "-" if value is None else format_ms(value)[11:16]
+
+
+def _ms(value: Any) -> int | None:
+    """A datetime (pyarrow timestamp, pendulum) as epoch milliseconds."""
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """All rows of a Parquet dataset partitioned by ``wm_run=<version>`` (none when it does not exist)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist() if path.exists() else []
+
+
+def render_windows(base: Path, pipeline: str, outcomes: list[dict[str, Any]]) -> str:
+    """Per run of the windowed aggregate: the sensor, the watermark, the events and the panes by timing; then
+    the pane rows of the windows that were revised (retractions), the too-late and invalid events, and the
+    committed state.
+
+    ``outcomes``: :func:`run_outcome` of each run plus ``sensor`` (the sensor's XCom) and ``summary`` (the
+    aggregate's XCom); the panes are read from ``<base>/<pipeline>`` and ``<base>/<pipeline>_late``.
+    """
+    lines = [
+        "",
+        "=" * 100,
+        f"Windowed aggregate {pipeline!r}: orders and revenue per region in 15-minute event-time windows",
+        "(watermark: the 'orders' stream's; 30 minutes of allowed lateness; accumulating and retracting)",
+        "=" * 100,
+    ]
+    interval_of_version: dict[int, str] = {}
+    for outcome in outcomes:
+        end = _hm(_ms(outcome["interval_end"]))
+        tasks = outcome["tasks"]
+        summary, sensor = outcome.get("summary"), outcome.get("sensor")
+        lines.append(f"\nRun for the hour up to {end}  ({outcome['run_id']}: {outcome['state']})")
+        if sensor:
+            lines.append(
+                f"  sensor wait_for_orders: {tasks.get('wait_for_orders')} (orders watermark {_hm(sensor['lower_ms'])})"
+            )
+        else:
+            lines.append(
+                f"  sensor wait_for_orders: {tasks.get('wait_for_orders')} (the orders watermark did not reach {end} "
+                "within the timeout)"
+            )
+            lines.append(f"  {pipeline}: {tasks.get(pipeline)}; the next run reads the events that arrived meanwhile")
+        if not summary:
+            if sensor:
+                lines.append(f"  {pipeline}: {tasks.get(pipeline)} (nothing committed; see the task's log above)")
+            continue
+        interval_of_version[summary["version"]] = end
+        arrivals = ", ".join("-" if a == "-" else a[11:16] for a in summary["arrivals"])
+        lines.append(
+            f"  {pipeline}: {tasks.get(pipeline)}, version {summary['version']}, watermark "
+            f"{_hm(summary['watermark_ms'])}, events that arrived in ({arrivals}]"
+        )
+        lines.append(
+            f"    events read {summary['events_read']}: aggregated {summary['events_aggregated']}, "
+            f"too late {summary['too_late']}, invalid event time {summary['invalid_event_time']}"
+        )
+        timings = ("EARLY", "ON_TIME", "LATE", "RETRACTION")
+        panes = ", ".join(f"{timing} {summary['panes'].get(timing, 0)}" for timing in timings)
+        lines.append(f"    panes: {panes}; windows open {summary['windows_open']}, purged {summary['windows_purged']}")
+
+    rows = _read_rows(base / pipeline)
+    revised = sorted({(r["window_start"], r["region"]) for r in rows if r["retraction"]})
+    if revised:
+        lines.append("\nWindows that were revised: each pane row in firing order (a retraction repeats the pane it")
+        lines.append("replaces, so summing the rows with retractions negated gives the window's latest value):")
+        lines.append(
+            f"  {'window':<19}{'region':<8}{'run':<7}{'pane':<9}{'index':>5}  {'row':<11}"
+            f"{'orders':>6}{'revenue':>9}{'avg':>9}"
+        )
+        for start, region in revised:
+            window_rows = [r for r in rows if r["window_start"] == start and r["region"] == region]
+            window_rows.sort(key=lambda r: (r["wm_run"], r["pane_index"]))
+            for r in window_rows:
+                window = f"[{_hm(r['window_start'])}, {_hm(r['window_end'])})"
+                avg = "-" if r["avg_amount"] is None else f"{r['avg_amount']:.2f}"
+                lines.append(
+                    f"  {window:<19}{region:<8}{interval_of_version.get(r['wm_run'], '?'):<7}{r['pane']:<9}"
+                    f"{r['pane_index']:>5}  {'retraction' if r['retraction'] else 'pane':<11}"
+                    f"{r['orders']:>6}{r['revenue']:>9}{avg:>9}"
+                )
+    if rows:
+        signed_orders = sum(-r["orders"] if r["retraction"] else r["orders"] for r in rows)
+        signed_revenue = sum(-r["revenue"] if r["retraction"] else r["revenue"] for r in rows)
+        aggregated = sum(o["summary"]["events_aggregated"] for o in outcomes if o.get("summary"))
+        lines.append(
+            f"  all {len(rows)} pane rows, retractions negated: {signed_orders} orders, revenue {signed_revenue} "
+            f"(events aggregated by the runs: {aggregated})"
+        )
+
+    late = _read_rows(Path(f"{base / pipeline}_late"))
+    if late:
+        lines.append(f"\nToo-late and invalid events (not aggregated; in {pipeline}_late/):")
+        for r in sorted(late, key=lambda r: (r["wm_run"], r["order_id"])):
+            event_time = _hm(_ms(r["event_time"]))
+            lines.append(
+                f"  run {interval_of_version.get(r['wm_run'], '?')}: {r['order_id']:<6} {r['region']}  event time "
+                f"{event_time:<5}  arrived {_hm(_ms(r['ingested_at']))}  amount {r['amount']:>3}  {r['reason']}"
+            )
+
+    document = WatermarkStoreHook(str(base / "store")).read_pipeline_state(pipeline)
+    if document:
+        lines.append(
+            f"\nCommitted state (Variable wm_windows__{pipeline}): version {document['version']}, watermark "
+            f"{_hm(document['watermark_ms'])}, events read up to {_hm(document['arrival_until_ms'])}"
+        )
+    return "\n".join(lines)

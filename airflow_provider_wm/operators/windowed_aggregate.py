@@ -270,16 +270,19 @@ class WindowedAggregateOperator(BaseOperator):
             f"windowed aggregate {self.pipeline!r}",
         )
         self._log_manifest(manifest)
-        document = WindowedState(
-            pipeline=self.pipeline,
-            version=version,
-            run_id=run_id,
-            committed_at=dt.datetime.now(dt.UTC).isoformat(),
-            state_path=manifest.get("state_path") or (committed.state_path if committed else None),
-            watermark_ms=manifest["watermark_ms"],
-            max_event_time_ms=manifest["max_event_time_ms"],
-            arrival_until_ms=arrival_until,
-            spec=self.spec.to_json(),
+        # through from_json: a manifest value of the wrong type fails here, before anything is published
+        document = WindowedState.from_json(
+            {
+                "pipeline": self.pipeline,
+                "version": version,
+                "run_id": run_id,
+                "committed_at": dt.datetime.now(dt.UTC).isoformat(),
+                "state_path": manifest.get("state_path") or (committed.state_path if committed else None),
+                "watermark_ms": manifest["watermark_ms"],
+                "max_event_time_ms": manifest["max_event_time_ms"],
+                "arrival_until_ms": arrival_until,
+                "spec": self.spec.to_json(),
+            }
         )
         summary: dict[str, Any] = {
             "pipeline": self.pipeline,
