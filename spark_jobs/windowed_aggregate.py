@@ -54,6 +54,8 @@ from spark_jobs.common import (
 )
 
 RUN_PARTITION = "wm_run"
+_SESSION_PARKING_MS = -(2**45)
+"""Where too-late and invalid events sit in the session scan: about 1,100 years before any valid time."""
 STATE_FLAGS = ("dirty", "on_time_fired", "last_pane", "owed")
 
 
@@ -177,19 +179,22 @@ class Job:
         return events.withColumn("wm_t", t).withColumn("wm_reason", reason)
 
     def new_partials(self, classified: DataFrame) -> DataFrame:
-        """Per ``(keys, window_start, window_end, wm_reason)``: partials, event count and highest time.
+        """Per ``(keys, window_start, window_end)``: partials, events, too-late and invalid events, highest time.
 
-        Late and invalid events form groups with null windows: they are counted by the same scan."""
+        Too-late and invalid events are grouped apart from the accepted ones (their window is null, or for
+        sessions far before any valid time) so the same scan counts them; their groups have a null window.
+        """
         window = self.spec.window
-        t, accepted = F.col("wm_t"), F.col("wm_reason").isNull()
-        groups: list[Column | str] = [*self.keys, "wm_reason"]
+        t, reason = F.col("wm_t"), F.col("wm_reason")
+        accepted = reason.isNull()
+        groups: list[Column | str] = list(self.keys)
         frame = classified
         if isinstance(window, Session):
-            # session_window drops rows without a time: late and invalid rows get one (their own groups)
-            ts = F.timestamp_millis(F.coalesce(t, F.lit(0)))
+            # session_window drops rows without a time: the others get one far before any valid time
+            ts = F.timestamp_millis(F.when(accepted, t).otherwise(F.lit(_SESSION_PARKING_MS)))
             groups.append(F.session_window(ts, f"{window.gap_ms} milliseconds").alias("wm_session"))
-            starts = F.when(F.col("wm_reason").isNull(), F.unix_millis(F.col("wm_session.start")))
-            ends = F.when(F.col("wm_reason").isNull(), F.unix_millis(F.col("wm_session.end")))
+            starts = F.unix_millis(F.col("wm_session.start"))
+            ends = F.unix_millis(F.col("wm_session.end"))
         else:
             if isinstance(window, Tumbling):
                 start = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms))
@@ -211,15 +216,19 @@ class Job:
         aggregated = frame.groupBy(*groups).agg(
             *self.partial_exprs(),
             F.count(F.lit(1)).alias("wm_events"),
-            F.max("wm_t").alias("wm_max_t"),
+            F.count(F.when(reason == LateReason.TOO_LATE.value, 1)).alias("wm_too_late"),
+            F.count(F.when(reason == LateReason.INVALID_EVENT_TIME.value, 1)).alias("wm_invalid"),
+            F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_EVENT_TIME.value), t)).alias("wm_max_t"),
         )
+        is_accepted_group = F.col("wm_too_late") + F.col("wm_invalid") == 0
         return aggregated.select(
             *self.keys,
-            starts.cast("long").alias("window_start"),
-            ends.cast("long").alias("window_end"),
-            "wm_reason",
+            F.when(is_accepted_group, starts.cast("long")).alias("window_start"),
+            F.when(is_accepted_group, ends.cast("long")).alias("window_end"),
             *self.partial_columns(),
             "wm_events",
+            "wm_too_late",
+            "wm_invalid",
             "wm_max_t",
         )
 
@@ -418,27 +427,26 @@ class Job:
             classified = self.classified(events)
             # the counts are observed while the scan materialises (no job of their own)
             totals = Observation("totals")
-            reason = F.col("wm_reason")
-            events_of = {
-                None: reason.isNull(),
-                LateReason.TOO_LATE.value: reason == LateReason.TOO_LATE.value,
-                LateReason.INVALID_EVENT_TIME.value: reason == LateReason.INVALID_EVENT_TIME.value,
-            }
             partials = (
                 self.new_partials(classified)
                 .observe(
                     totals,
-                    *[F.sum(F.when(c, F.col("wm_events"))).alias(str(r)) for r, c in events_of.items()],
-                    F.max(
-                        F.when(reason.isNull() | (reason != LateReason.INVALID_EVENT_TIME.value), F.col("wm_max_t"))
-                    ).alias("max_t"),
+                    F.sum("wm_events").alias("events"),
+                    F.sum("wm_too_late").alias("too_late"),
+                    F.sum("wm_invalid").alias("invalid"),
+                    F.max("wm_max_t").alias("max_t"),
                 )
                 .localCheckpoint()
             )  # one row per (keys, window): small
             observed = totals.get
-            counts = {r: int(observed[str(r)] or 0) for r in events_of}
+            too_late, invalid = int(observed["too_late"] or 0), int(observed["invalid"] or 0)
+            counts = {
+                None: int(observed["events"] or 0) - too_late - invalid,
+                LateReason.TOO_LATE.value: too_late,
+                LateReason.INVALID_EVENT_TIME.value: invalid,
+            }
             max_times.append(observed["max_t"])
-            if counts[LateReason.TOO_LATE.value] or counts[LateReason.INVALID_EVENT_TIME.value]:
+            if too_late or invalid:
                 late = classified.where(F.col("wm_reason").isNotNull()).select(
                     *events.columns,
                     F.col("wm_reason").alias("reason"),
@@ -446,7 +454,9 @@ class Job:
                     F.lit(self.version).alias(RUN_PARTITION),
                 )
                 self._write_run_partition(late, request["late_output"])
-            accepted = partials.where(F.col("wm_reason").isNull()).drop("wm_reason", "wm_events", "wm_max_t")
+            accepted = partials.where(F.col("window_start").isNotNull()).drop(
+                "wm_events", "wm_too_late", "wm_invalid", "wm_max_t"
+            )
             values_type = accepted.select(self.final_values().alias("v")).schema["v"].dataType
             assert isinstance(values_type, StructType)
             fresh = self.with_fresh_flags(accepted, values_type)
