@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -29,10 +30,38 @@ def register(dag: DAG) -> None:
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
 
+    # dag.test() re-parses the DAGs folder; example DAGs read WM_EXAMPLE_BASE at import, so drop their cached
+    # modules (Airflow names them unusual_prefix_*) and let that parse see this test's environment
+    for name in [m for m in sys.modules if m.startswith("unusual_prefix_")]:
+        del sys.modules[name]
     DagBundlesManager().sync_bundles_to_db()
     bag = DagBag(dag_folder=tempfile.mkdtemp(), collect_dags=False)
     bag.dags[dag.dag_id] = dag
     sync_bag_to_db(bag, "dags-folder", None)
+    _update_asset_orphanage()
+
+
+def _update_asset_orphanage() -> None:
+    """What the scheduler does between parses: an asset no DAG references any more (an example DAG parsed
+    again with another ``WM_EXAMPLE_BASE`` changes its asset's URI) is retired, so the new one, with the same
+    name, can become active. Without a scheduler, ``dag.test()`` would find the new asset inactive."""
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        SchedulerJobRunner._update_asset_orphanage(SchedulerJobRunner, session=session)  # type: ignore[arg-type]
+    _update_asset_orphanage()
+
+
+def _update_asset_orphanage() -> None:
+    """What the scheduler does between parses: an asset no DAG references any more (an example DAG parsed
+    again with another ``WM_EXAMPLE_BASE`` changes its asset's URI) is retired, so the new one, with the same
+    name, can become active. Without a scheduler, ``dag.test()`` would find the new asset inactive."""
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        SchedulerJobRunner._update_asset_orphanage(SchedulerJobRunner, session=session)  # type: ignore[arg-type]
 
 
 def run_dag(dag: DAG, logical_date: datetime | None = None) -> tuple[Any, dict[str, str]]:

@@ -78,8 +78,8 @@ class Pipeline:
 
     def panes(self, version: int | None = None) -> list[tuple[Any, ...]]:
         frame = self.spark.read.parquet(str(self.base / "panes"))
-        if version is not None:
-            frame = frame.where(f"wm_run = {version}")
+        if version is not None:  # wm_run is a string when another job turned partition type inference off
+            frame = frame.where(f"CAST(wm_run AS INT) = {version}")
         names = [a.name for a in self.spec.aggregates]
         rows = [
             (
@@ -101,7 +101,7 @@ class Pipeline:
         if not path.exists():
             return []
         rows = self.spark.read.parquet(str(path)).collect()
-        return sorted(((r["k"], r[self.event_time], r["reason"], r["wm_run"]) for r in rows), key=repr)
+        return sorted(((r["k"], r[self.event_time], r["reason"], int(r["wm_run"])) for r in rows), key=repr)
 
 
 def core_rows(spec: AggregationSpec, results) -> list[tuple[Any, ...]]:
