@@ -679,10 +679,9 @@ def accept_marks(
 
     The quarantine also receives the sequenced marks that gap-free progress found bad (one write)."""
     suspect_keys = find_suspects(groups, writers0, segments).collect()  # at most one row per writer
-    invalid_streams = [
-        r["stream"]
-        for r in groups.select("stream").distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX)).collect()
-    ]  # distinct names that fail the pattern: few, and a name is checked once instead of once per mark
+    # a name is checked once instead of once per mark
+    bad_names = groups.select("stream").distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX))
+    invalid_streams = [r["stream"] for r in bad_names.collect()]  # distinct names failing the pattern: few
     row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
     accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
     progress_bad = progress.bad.localCheckpoint()

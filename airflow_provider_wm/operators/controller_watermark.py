@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.state import ControllerCutoff, commit_cutoff, read_cutoff
@@ -63,13 +64,7 @@ class ControllerWatermarkOperator(BaseOperator):
     ) -> None:
         super().__init__(max_active_tis_per_dag=max_active_tis_per_dag, **kwargs)
         self.controller = validate_name(controller, "controller")
-        for argument, value in (
-            ("marks_path", marks_path),
-            ("segments_path", segments_path),
-            ("store_path", store_path),
-        ):
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{argument}={value!r} must be a non-empty path or URL")
+        require_paths(marks_path=marks_path, segments_path=segments_path, store_path=store_path)
         self.marks_path = marks_path
         self.segments_path = segments_path
         self.store_path = store_path

@@ -11,6 +11,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_wm.arguments import add_asset_outlet, require_paths
 from airflow_provider_wm.core.partitions import (
     PartitionSpec,
     PartitionState,
@@ -161,13 +162,10 @@ class IncrementalPartitionsOperator(BaseOperator):
         max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
-        if asset is not None:
-            kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
+        add_asset_outlet(asset, kwargs)
         super().__init__(max_active_tis_per_dag=max_active_tis_per_dag, **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
-        for argument, value in (("source", source), ("target", target), ("store_path", store_path)):
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{argument}={value!r} must be a non-empty path or URL")
+        require_paths(source=source, target=target, store_path=store_path)
         for argument, column in (("time_column", time_column), ("unit_column", unit_column)):
             if column is not None and (not isinstance(column, str) or not column.strip()):
                 raise ValueError(f"{argument}={column!r} must be a column name")

@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, Context
 
+from airflow_provider_wm.arguments import add_asset_outlet, require_paths
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     Aggregate,
@@ -177,13 +178,10 @@ class WindowedAggregateOperator(BaseOperator):
         max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
-        if asset is not None:
-            kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
+        add_asset_outlet(asset, kwargs)
         super().__init__(max_active_tis_per_dag=max_active_tis_per_dag, **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
-        for argument, value in (("events", events), ("output", output), ("store_path", store_path)):
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{argument}={value!r} must be a non-empty path or URL")
+        require_paths(events=events, output=output, store_path=store_path)
         if isinstance(keys, str):
             raise ValueError(f"keys={keys!r} must be a list of column names, not a string")
         if isinstance(accumulation, str) and accumulation.upper() not in Accumulation.__members__:

@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue, conf
 
+from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.partitions import format_day
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
@@ -57,8 +58,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         super().__init__(**kwargs)
         if not is_templated(pipeline):
             validate_name(pipeline, "pipeline")
-        if not isinstance(store_path, str) or not store_path.strip():
-            raise ValueError(f"store_path={store_path!r} must be a non-empty path or URL")
+        require_paths(store_path=store_path)
         start_ms = None if is_templated(start) else to_epoch_ms(start, "start")
         end_ms = None if is_templated(end) else to_epoch_ms(end, "end")
         if start_ms is not None and end_ms is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue, conf
 
+from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.coalescing import AllIdlePolicy
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
@@ -93,8 +94,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         if streams is not None and not is_templated(streams):
             parse_inputs(streams, "streams", allow_templated=True)
             streams = list(streams)
-        if not isinstance(store_path, str) or not store_path.strip():
-            raise ValueError(f"store_path={store_path!r} must be a non-empty path or URL")
+        require_paths(store_path=store_path)
         if not is_templated(threshold):
             to_epoch_ms(threshold, "threshold")
         self.idle_timeout_ms = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")

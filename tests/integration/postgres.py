@@ -182,12 +182,13 @@ def postgres_server(
 ) -> Iterator[PostgresServer]:
     """Start a throw-away PostgreSQL server, yield it, then stop it and delete its files (also on failure).
 
-    Skips the test (``pytest.skip``) only if the PostgreSQL binaries are not installed; any other problem raises
-    with the command's output and the server log.
+    Fails the test (``pytest.fail``) naming what to install if the PostgreSQL binaries are missing: the machines
+    we test on have them, so a missing server must not pass silently as a skip. Any other problem raises with the
+    command's output and the server log.
     """
     bindir = find_bindir()
     if bindir is None:
-        pytest.skip(
+        pytest.fail(
             f"PostgreSQL binaries {REQUIRED_BINARIES} not found (PATH, $PG_BINDIR, /usr/lib/postgresql/*/bin); "
             "install PostgreSQL server packages to run this test"
         )
