@@ -50,18 +50,6 @@ def _update_asset_orphanage() -> None:
 
     with create_session() as session:
         SchedulerJobRunner._update_asset_orphanage(SchedulerJobRunner, session=session)  # type: ignore[arg-type]
-    _update_asset_orphanage()
-
-
-def _update_asset_orphanage() -> None:
-    """What the scheduler does between parses: an asset no DAG references any more (an example DAG parsed
-    again with another ``WM_EXAMPLE_BASE`` changes its asset's URI) is retired, so the new one, with the same
-    name, can become active. Without a scheduler, ``dag.test()`` would find the new asset inactive."""
-    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        SchedulerJobRunner._update_asset_orphanage(SchedulerJobRunner, session=session)  # type: ignore[arg-type]
 
 
 def run_dag(dag: DAG, logical_date: datetime | None = None) -> tuple[Any, dict[str, str]]:

@@ -20,6 +20,10 @@ os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "False")
+# Tests re-parse the example DAGs with a new WM_EXAMPLE_BASE (new asset URIs) seconds apart. By default a
+# serialized DAG written less than 30 s ago is not rewritten, and the API server serves its cached copy for
+# 30 s without checking: a task would then run with the previous test's outlets.
+os.environ["AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL"] = "0"
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # spark-submit and the venv's tools must resolve from the interpreter running the tests.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
