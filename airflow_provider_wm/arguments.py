@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-__all__ = ["add_asset_outlet", "require_paths"]
+__all__ = ["add_asset_outlet", "one_task_at_a_time", "require_paths"]
 
 
 def require_paths(**paths: Any) -> None:
@@ -25,3 +25,22 @@ def add_asset_outlet(asset: Any, kwargs: MutableMapping[str, Any]) -> None:
     """Declare ``asset`` (if any) as an outlet of the task, beside the outlets the DAG author gave."""
     if asset is not None:
         kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
+
+
+def one_task_at_a_time(max_active_tis_per_dag: Any) -> int:
+    """A stateful operator's runs must not overlap: its task instances run one at a time, across all runs.
+
+    The scheduler enforces the limit (runs of the DAG may still overlap around it); each commit also checks
+    that nobody committed since the run read its state.
+
+    >>> one_task_at_a_time(4)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_active_tis_per_dag=4: a pipeline's runs share one state, so its tasks run one at a time (1)
+    """
+    if max_active_tis_per_dag != 1:
+        raise ValueError(
+            f"max_active_tis_per_dag={max_active_tis_per_dag!r}: a pipeline's runs share one state, "
+            "so its tasks run one at a time (1)"
+        )
+    return 1

@@ -126,11 +126,14 @@ class PipelineState:
 
         {"pipeline": "orders_daily", "version": 3, "run_id": "...", "committed_at": "...",
          "spec": {"pieces": [["daily", "2026-01-01", "P0D"]], "timezone": "UTC", ...},
-         "units": ["eu", "us"], "state": {"version": 1, "units": {"eu": [[start, end, "s", null]], ...}}}
+         "units": ["eu", "us"], "state": {"version": 1, "units": {"eu": [[start, end, "s", null]], ...}},
+         "processed_until_ms": ...}
 
     ``state`` is :meth:`PartitionState.to_json`: runs of consecutive partitions with equal status, so ten
     years of hourly partitions stay a few hundred bytes. The same version rule as the controller's cut-off
     applies: it is written last, only on success, and only if nobody committed in between.
+    ``processed_until_ms`` is the logical time of the run that committed it; it never goes backwards, and a
+    run at or before it has nothing to do (None in documents written before it existed).
     """
 
     pipeline: str
@@ -140,6 +143,7 @@ class PipelineState:
     spec: dict[str, Any]
     units: list[str]
     state: dict[str, Any]
+    processed_until_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,6 +158,7 @@ class PipelineState:
             spec=dict(data["spec"]),
             units=[str(u) for u in data.get("units") or []],
             state=dict(data["state"]),
+            processed_until_ms=None if data.get("processed_until_ms") is None else int(data["processed_until_ms"]),
         )
 
 
@@ -169,9 +174,15 @@ def read_pipeline_state(pipeline: str) -> PipelineState | None:
 
 
 def commit_pipeline_state(new: PipelineState, expected: PipelineState | None) -> None:
-    """Publish ``new`` if the Variable still holds ``expected`` (by version)."""
+    """Publish ``new`` if the Variable still holds ``expected`` (by version) and its cut-off does not go back."""
     current = read_pipeline_state(new.pipeline)
     _check_version(f"pipeline {new.pipeline!r}", current.version if current else 0, expected)
+    before = current.processed_until_ms if current else None
+    if before is not None and (new.processed_until_ms is None or new.processed_until_ms < before):
+        raise CutoffConflict(
+            f"pipeline {new.pipeline!r}: refusing to move processed_until_ms back from {before} to "
+            f"{new.processed_until_ms}"
+        )
     Variable.set(
         pipeline_variable_key(new.pipeline),
         json.dumps(new.to_json(), separators=(",", ":"), sort_keys=True),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from airflow.models.variable import Variable
 from airflow.sdk import task
 
@@ -47,3 +49,25 @@ def test_a_commit_based_on_a_stale_read_is_refused_and_the_newer_state_survives(
     assert "moved from version 0 to 1" in xcom(run, "overlapping_runs")
     stored = Variable.get(pipeline_variable_key("p_state"), deserialize_json=True)
     assert stored["run_id"] == "run-a" and stored["version"] == 1
+
+
+def test_a_partition_state_never_moves_its_cutoff_back(airflow_db):
+    dag = fresh_dag("state_back")
+    with dag:
+
+        @task
+        def older_after_newer() -> str:
+            newer = replace(document(1, "newer"), pipeline="p_back", processed_until_ms=2_000)
+            commit_pipeline_state(newer, None)
+            older = replace(document(2, "older"), pipeline="p_back", processed_until_ms=1_000)
+            try:
+                commit_pipeline_state(older, newer)
+            except CutoffConflict as exc:
+                return str(exc)
+            return "moved back"
+
+        older_after_newer()
+    run, states = run_dag(dag)
+    assert states == {"older_after_newer": "success"}
+    assert "refusing to move processed_until_ms back from 2000 to 1000" in xcom(run, "older_after_newer")
+    assert Variable.get(pipeline_variable_key("p_back"), deserialize_json=True)["run_id"] == "newer"

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.arguments import one_task_at_a_time, require_paths
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.state import ControllerCutoff, commit_cutoff, read_cutoff
@@ -62,7 +62,7 @@ class ControllerWatermarkOperator(BaseOperator):
         max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
-        super().__init__(max_active_tis_per_dag=max_active_tis_per_dag, **kwargs)
+        super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
         self.controller = validate_name(controller, "controller")
         require_paths(marks_path=marks_path, segments_path=segments_path, store_path=store_path)
         self.marks_path = marks_path

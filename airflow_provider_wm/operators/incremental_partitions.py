@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.arguments import add_asset_outlet, require_paths
+from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
 from airflow_provider_wm.core.partitions import (
     PartitionSpec,
     PartitionState,
@@ -163,7 +163,7 @@ class IncrementalPartitionsOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         add_asset_outlet(asset, kwargs)
-        super().__init__(max_active_tis_per_dag=max_active_tis_per_dag, **kwargs)
+        super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
         require_paths(source=source, target=target, store_path=store_path)
         for argument, column in (("time_column", time_column), ("unit_column", unit_column)):
@@ -215,6 +215,29 @@ class IncrementalPartitionsOperator(BaseOperator):
         run_id = str(context["run_id"])
         store = WatermarkStoreHook(self.store_path)
         committed = self._read_committed(context)
+        covered_until = committed.processed_until_ms if committed else None
+        if committed is not None and covered_until is not None and now_ms <= covered_until:
+            self.log.info(
+                "Pipeline %s already ran up to %s (version %s, run %s); this run (logical time %s) has nothing to "
+                "do (to re-process older partitions, give a later run backfill=(start, end))",
+                self.pipeline,
+                format_ms(covered_until),
+                committed.version,
+                committed.run_id,
+                format_ms(now_ms),
+            )
+            if self.asset is not None:  # Airflow emits an asset event for every success: say nothing changed
+                context["outlet_events"][self.asset].extra = {
+                    "pipeline": self.pipeline,
+                    "version": committed.version,
+                    "covered_by": committed.run_id,
+                }
+            return {
+                "pipeline": self.pipeline,
+                "now": format_ms(now_ms),
+                "version": committed.version,
+                "covered_by": committed.run_id,
+            }
         state = PartitionState.from_json(committed.state if committed else None)
         units = self._resolve_units()
         the_plan = plan(
@@ -271,6 +294,7 @@ class IncrementalPartitionsOperator(BaseOperator):
             spec=self.spec.to_json(),
             units=list(units),
             state=new_state.to_json(),
+            processed_until_ms=now_ms,
         )
         self._publish(context, store, document, summary, committed)
         return summary

@@ -23,6 +23,7 @@ HOUR_1_END = data.START + timedelta(hours=1)
         ({"initial_delay": "P1X"}, "initial_delay='P1X'"),
         ({"marks_path": ""}, "marks_path=''"),
         ({"logical_time": "noon-ish"}, "logical_time='noon-ish'"),
+        ({"max_active_tis_per_dag": 3}, "max_active_tis_per_dag=3: a pipeline's runs share one state"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):

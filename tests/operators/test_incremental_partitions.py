@@ -51,6 +51,7 @@ REQUIRED = {
         ({"max_work_units": 0}, "max_work_units=0 must be a positive number"),
         ({"timezone": "Europe/Nowhere"}, "timezone='Europe/Nowhere'"),
         ({"source": ""}, "source='' must be a non-empty path"),
+        ({"max_active_tis_per_dag": None}, "max_active_tis_per_dag=None: a pipeline's runs share one state"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
@@ -155,7 +156,13 @@ def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_ne
     assert summary["quarantined"] == 1  # the day's row without a time
     ids = target_ids(tmp_path)
     assert len(ids) == len(set(ids)) == 6 * orders_data.ORDERS_PER_DAY + 12
-    assert committed("p_two")["version"] == 2
+    second = committed("p_two")
+    assert second["version"] == 2 and second["processed_until_ms"] == iso_ms("2026-01-07")
+
+    # an older interval run after a newer one (catch-up, a manual run) has nothing to do and changes nothing
+    run_old, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "success"} and xcom(run_old, "orders")["covered_by"] == second["run_id"]
+    assert committed("p_two") == second and target_ids(tmp_path) == ids
 
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
@@ -169,8 +176,8 @@ def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_ne
             .all()
         )
         extras = [e.extra for e in events]
-    assert [e["version"] for e in extras] == [1, 2]
-    assert extras[-1]["high_watermark"].startswith("2026-01-07")
+    assert [e["version"] for e in extras] == [1, 2, 2]  # the older run's event says nothing changed
+    assert extras[1]["high_watermark"].startswith("2026-01-07") and extras[2]["covered_by"] == second["run_id"]
 
     from airflow.models.asset_state_store import AssetStateStoreModel
 

@@ -64,6 +64,7 @@ def test_window_helpers_take_durations():
         ({"keys": ["pane"]}, "output columns"),
         ({"event_time": "event time"}, "event_time='event time'"),
         ({"output": ""}, "output='' must be a non-empty path"),
+        ({"max_active_tis_per_dag": 2}, "max_active_tis_per_dag=2: a pipeline's runs share one state"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
@@ -200,6 +201,13 @@ def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_e
         (1, "INVALID_EVENT_TIME", 1),
         (3, "TOO_LATE", 1000),
     ]
+
+    # an older interval run after a newer one (catch-up, a manual run) has nothing to do and changes nothing
+    third = committed("revenue_a")
+    run_old, states = run_dag(dag, T0 + timedelta(minutes=60))
+    assert states == {"revenue": "success"}
+    assert xcom(run_old, "revenue")["covered_by"] == third["run_id"]
+    assert committed("revenue_a") == third
 
 
 @pytest.mark.slow
