@@ -28,6 +28,20 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # spark-submit and the venv's tools must resolve from the interpreter running the tests.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# spark-submit runs of the tests log warnings only and start no UI: a job's INFO lines (thousands) all go through
+# the Airflow task logger, which costs more CPU than the job on a 2-core machine.
+_SPARK_CONF_DIR = Path(tempfile.mkdtemp(prefix="wm-spark-conf-"))
+(_SPARK_CONF_DIR / "log4j2.properties").write_text(
+    "rootLogger.level = warn\n"
+    "rootLogger.appenderRef.stdout.ref = console\n"
+    "appender.console.type = Console\n"
+    "appender.console.name = console\n"
+    "appender.console.target = SYSTEM_ERR\n"
+    "appender.console.layout.type = PatternLayout\n"
+    "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
+)
+(_SPARK_CONF_DIR / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+os.environ.setdefault("SPARK_CONF_DIR", str(_SPARK_CONF_DIR))
 
 
 @pytest.fixture(scope="session")
