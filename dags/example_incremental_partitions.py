@@ -25,12 +25,19 @@ BASE = os.environ.get("WM_EXAMPLE_BASE", "/tmp/airflow-provider-wm-example")
 STORE = f"{BASE}/store"
 TARGET = f"{BASE}/orders_daily"
 
+START = datetime(2026, 1, 1, tzinfo=UTC)
+# WM_EXAMPLE_CATCHUP_INTERVALS=n: a scheduler catches up on the n days that end with the demo data's last one,
+# up to n at once (the replay in tests/integration/test_concurrent_pipelines.py).
+CATCHUP = int(os.environ.get("WM_EXAMPLE_CATCHUP_INTERVALS", "0"))
+LAST_DEMO_INTERVAL = START + timedelta(days=4)
+
 with DAG(
     dag_id="example_incremental_partitions",
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
+    start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(days=1) if CATCHUP else START,
+    end_date=LAST_DEMO_INTERVAL if CATCHUP else None,
+    catchup=CATCHUP > 0,
+    max_active_runs=max(CATCHUP, 1),
     tags=["example", "partitions"],
     doc_md=__doc__,
 ) as dag:

@@ -31,7 +31,7 @@ Connections and paths:
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
@@ -42,12 +42,19 @@ BASE = os.environ.get("WM_EXAMPLE_BASE", "/tmp/airflow-provider-wm-example")
 STORE = f"{BASE}/store"
 OUTPUT = f"{BASE}/orders_15m"
 
+START = datetime(2026, 1, 5, tzinfo=UTC)
+# WM_EXAMPLE_CATCHUP_INTERVALS=n: a scheduler catches up on the n hours that end with the demo data's last one,
+# up to n at once (the replay in tests/integration/test_concurrent_pipelines.py).
+CATCHUP = int(os.environ.get("WM_EXAMPLE_CATCHUP_INTERVALS", "0"))
+LAST_DEMO_INTERVAL = START + timedelta(hours=3)
+
 with DAG(
     dag_id="example_windowed_aggregate",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 5, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
+    start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(hours=1) if CATCHUP else START,
+    end_date=LAST_DEMO_INTERVAL if CATCHUP else None,
+    catchup=CATCHUP > 0,
+    max_active_runs=max(CATCHUP, 1),
     tags=["example", "watermark", "windows"],
     doc_md=__doc__,
 ) as dag:
