@@ -28,7 +28,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow.sdk import Variable
+from airflow.sdk import Asset, Variable
 
 __all__ = [
     "ControllerCutoff",
@@ -38,6 +38,7 @@ __all__ = [
     "commit_cutoff",
     "commit_pipeline_state",
     "commit_windowed_state",
+    "covered_run",
     "cutoff_variable_key",
     "pipeline_variable_key",
     "read_cutoff",
@@ -261,3 +262,33 @@ def commit_windowed_state(new: WindowedState, expected: WindowedState | None) ->
         json.dumps(new.to_json(), indent=2, sort_keys=True),
         description=f"State of windowed aggregate {new.pipeline!r} (airflow-provider-wm)",
     )
+
+
+def covered_run(
+    log: Any,
+    context: Any,
+    asset: Asset | None,
+    pipeline: str,
+    committed: PipelineState | WindowedState,
+    covered_until: str,
+    now: str,
+) -> dict[str, Any]:
+    """What a run at or before the committed cut-off does (catch-up, or a manual run of an older interval): it
+    logs which run covered it, changes nothing, and returns ``covered_by`` for XCom. Airflow emits an asset event
+    for every successful task, so that event says the version did not change.
+
+    Example: version 7 was committed by ``scheduled__2026-01-05T03:00:00+00:00`` up to 04:00; the run of the
+    interval ending at 02:00 returns ``{"pipeline": "orders", "version": 7, "covered_by": "scheduled__..."}``.
+    """
+    log.info(
+        "Pipeline %s already ran up to %s (version %s, run %s); this run (logical time %s) has nothing to do",
+        pipeline,
+        covered_until,
+        committed.version,
+        committed.run_id,
+        now,
+    )
+    summary = {"pipeline": pipeline, "version": committed.version, "covered_by": committed.run_id}
+    if asset is not None:
+        context["outlet_events"][asset].extra = summary
+    return summary

@@ -23,7 +23,7 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
-from airflow_provider_wm.state import PipelineState, commit_pipeline_state, read_pipeline_state
+from airflow_provider_wm.state import PipelineState, commit_pipeline_state, covered_run, read_pipeline_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
 
 __all__ = ["IncrementalPartitionsOperator"]
@@ -217,27 +217,11 @@ class IncrementalPartitionsOperator(BaseOperator):
         committed = self._read_committed(context)
         covered_until = committed.processed_until_ms if committed else None
         if committed is not None and covered_until is not None and now_ms <= covered_until:
-            self.log.info(
-                "Pipeline %s already ran up to %s (version %s, run %s); this run (logical time %s) has nothing to "
-                "do (to re-process older partitions, give a later run backfill=(start, end))",
-                self.pipeline,
-                format_ms(covered_until),
-                committed.version,
-                committed.run_id,
-                format_ms(now_ms),
+            self.log.info("To re-process older partitions, give a later run backfill=(start, end)")
+            covered = covered_run(
+                self.log, context, self.asset, self.pipeline, committed, format_ms(covered_until), format_ms(now_ms)
             )
-            if self.asset is not None:  # Airflow emits an asset event for every success: say nothing changed
-                context["outlet_events"][self.asset].extra = {
-                    "pipeline": self.pipeline,
-                    "version": committed.version,
-                    "covered_by": committed.run_id,
-                }
-            return {
-                "pipeline": self.pipeline,
-                "now": format_ms(now_ms),
-                "version": committed.version,
-                "covered_by": committed.run_id,
-            }
+            return {**covered, "now": format_ms(now_ms)}
         state = PartitionState.from_json(committed.state if committed else None)
         units = self._resolve_units()
         the_plan = plan(

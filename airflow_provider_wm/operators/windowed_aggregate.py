@@ -23,7 +23,7 @@ from airflow_provider_wm.core.windowing import (
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, WindowFn
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
-from airflow_provider_wm.state import WindowedState, commit_windowed_state, read_windowed_state
+from airflow_provider_wm.state import WindowedState, commit_windowed_state, covered_run, read_windowed_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
 
 __all__ = [
@@ -217,28 +217,16 @@ class WindowedAggregateOperator(BaseOperator):
         committed = read_windowed_state(self.pipeline)
         self._check_spec_unchanged(committed)
         if committed is not None and committed.arrival_until_ms is not None and now_ms <= committed.arrival_until_ms:
-            self.log.info(
-                "Pipeline %s already read arrivals up to %s (version %s, run %s); this run (logical time %s) has "
-                "nothing to do",
+            covered = covered_run(
+                self.log,
+                context,
+                self.asset,
                 self.pipeline,
+                committed,
                 format_ms(committed.arrival_until_ms),
-                committed.version,
-                committed.run_id,
                 format_ms(now_ms),
             )
-            if self.asset is not None:  # Airflow emits an asset event for every success: say nothing changed
-                context["outlet_events"][self.asset].extra = {
-                    "pipeline": self.pipeline,
-                    "version": committed.version,
-                    "covered_by": committed.run_id,
-                }
-            return {
-                "pipeline": self.pipeline,
-                "version": committed.version,
-                "watermark": format_ms(committed.watermark_ms),
-                "watermark_ms": committed.watermark_ms,
-                "covered_by": committed.run_id,
-            }
+            return {**covered, "watermark": format_ms(committed.watermark_ms), "watermark_ms": committed.watermark_ms}
         version = (committed.version if committed else 0) + 1
         source_watermark = self._source_watermark(store)
         arrival_from = committed.arrival_until_ms if committed else None
