@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench bench-partitions bench-windows clean
+.PHONY: setup demo airflow test lint bench bench-partitions bench-windows bench-page clean
 
 setup: $(STAMP)
 
@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_provider_wm.demo
+
+# A real Airflow (airflow standalone, SQLite, LocalExecutor) with the example DAGs and the Watermarks page on
+# 127.0.0.1:8080; it prints where to log in.
+airflow: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_provider_wm.demo.standalone
 
 test: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest
@@ -34,5 +39,8 @@ bench-partitions: setup
 bench-windows: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/windowed_aggregate.py
 
+bench-page: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/watermarks_page.py
+
 clean:
-	rm -rf .demo build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .demo .airflow .artifacts build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -64,6 +64,22 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
+        "extra-links": ["airflow_provider_wm.links.WatermarksLink"],
+        "config": {
+            "wm": {
+                "description": "The Watermarks page (airflow_provider_wm.plugins.watermarks).",
+                "options": {
+                    "store_path": {
+                        "description": "Base path or fsspec URL of the watermark store the Watermarks page shows. "
+                        "When unset, the page uses the wm_store_default connection.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/data/wm-store",
+                        "default": None,
+                    }
+                },
+            }
+        },
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_wm.hooks.watermark_store.WatermarkStoreHook",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import DAG, CronDataIntervalTimetable, task
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, task
 
 from airflow_provider_wm.operators.controller_watermark import ControllerWatermarkOperator
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
@@ -36,7 +36,7 @@ with DAG(
     dag_id="example_stream_watermark",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(hours=1) if CATCHUP else START,
-    end_date=LAST_DEMO_INTERVAL if CATCHUP else None,
+    end_date=LAST_DEMO_INTERVAL,  # the demo data end there: a scheduler starts no run after them
     catchup=CATCHUP > 0,
     max_active_runs=max(CATCHUP, 1),
     tags=["example", "watermark"],
@@ -51,6 +51,7 @@ with DAG(
         writer_timeout=timedelta(minutes=30),
         initial_delay=timedelta(minutes=2),
         spark_conn_id=os.environ.get("WM_SPARK_CONN_ID") or None,
+        asset=Asset(name="example_controller_watermarks", uri=f"file://{STORE}/streams"),
     )
     wait_for_orders = StreamWatermarkSensor(
         task_id="wait_for_orders",

@@ -52,7 +52,7 @@ with DAG(
     dag_id="example_windowed_aggregate",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(hours=1) if CATCHUP else START,
-    end_date=LAST_DEMO_INTERVAL if CATCHUP else None,
+    end_date=LAST_DEMO_INTERVAL,  # the demo data end there: a scheduler starts no run after them
     catchup=CATCHUP > 0,
     max_active_runs=max(CATCHUP, 1),
     tags=["example", "watermark", "windows"],

@@ -44,8 +44,7 @@ _SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # Their driver JVMs live for seconds: the C1 compiler alone and the serial GC cut their CPU time by about 40%.
 # The shared in-process SparkSession lives for the whole session and keeps the JVM's defaults (see ``spark``).
 (_SPARK_CONF_DIR / "spark-defaults.conf").write_text(
-    "spark.ui.enabled false\n"
-    f"spark.driver.extraJavaOptions {_SHORT_LIVED_JVM_OPTIONS}\n"
+    f"spark.ui.enabled false\nspark.driver.extraJavaOptions {_SHORT_LIVED_JVM_OPTIONS}\n"
 )
 os.environ.setdefault("SPARK_CONF_DIR", str(_SPARK_CONF_DIR))
 

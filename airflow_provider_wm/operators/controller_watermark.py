@@ -8,11 +8,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Asset, BaseOperator, Context
 
-from airflow_provider_wm.arguments import one_task_at_a_time, require_paths
+from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
+from airflow_provider_wm.core.controller import StreamStatus
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.state import ControllerCutoff, commit_cutoff, read_cutoff
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
 
@@ -42,9 +44,13 @@ class ControllerWatermarkOperator(BaseOperator):
     :param logical_time: the round's clock, default the run's ``data_interval_end``. Templated.
     :param spark_conn_id: Spark connection; ``None`` runs on the embedded ``local[*]`` master.
     :param spark_conf: extra Spark configuration for the job.
+    :param asset: the Asset standing for this controller's watermarks: declared as an outlet; each successful
+        round emits an asset event whose ``extra`` holds the cut-off and every stream's lower time, and
+        writes the cut-off to the asset state store (``controller_cutoff``).
     """
 
     template_fields: Sequence[str] = ("marks_path", "segments_path", "store_path", "logical_time")
+    operator_extra_links = (WatermarksLink(),)
     ui_color = "#e8f4fd"
 
     def __init__(
@@ -60,10 +66,13 @@ class ControllerWatermarkOperator(BaseOperator):
         spark_conn_id: str | None = None,
         spark_conf: dict[str, Any] | None = None,
         max_active_tis_per_dag: int = 1,
+        asset: Asset | None = None,
         **kwargs: Any,
     ) -> None:
+        add_asset_outlet(asset, kwargs)
         super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
         self.controller = validate_name(controller, "controller")
+        self.asset = asset
         require_paths(marks_path=marks_path, segments_path=segments_path, store_path=store_path)
         self.marks_path = marks_path
         self.segments_path = segments_path
@@ -75,6 +84,10 @@ class ControllerWatermarkOperator(BaseOperator):
         self.logical_time = logical_time
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
+
+    def watermarks_page_query(self) -> dict[str, str]:
+        """Where this task belongs on the Watermarks page (its extra link)."""
+        return {"controller": self.controller}
 
     def execute(self, context: Context) -> dict[str, Any]:
         now_ms = to_epoch_ms(self.logical_time, "logical_time")
@@ -94,7 +107,14 @@ class ControllerWatermarkOperator(BaseOperator):
                 format_ms(cutoff.processed_until_ms),
                 format_ms(now_ms),
             )
-            return self._summary_from_cutoff(cutoff)
+            summary = self._summary_from_cutoff(cutoff)
+            if self.asset is not None:
+                context["outlet_events"][self.asset].extra = {
+                    "controller": self.controller,
+                    "version": cutoff.version,
+                    "covered_by": cutoff.run_id,
+                }
+            return summary
 
         round_id = f"{now_ms}-{re.sub(r'[^A-Za-z0-9._-]', '_', run_id)}"
         round_out = store.controller_url(self.controller, "rounds", round_id)
@@ -111,6 +131,7 @@ class ControllerWatermarkOperator(BaseOperator):
                     "controller": self.controller,
                 }
                 published[stream] = store.publish(record)
+            store.write_stream_status(stream, self._stream_status(stream, entry, now_ms, run_id))
         summary = {
             "controller": self.controller,
             "processed_until_ms": manifest["processed_until_ms"],
@@ -145,6 +166,14 @@ class ControllerWatermarkOperator(BaseOperator):
         ti = context["ti"]
         ti.xcom_push(key="return_value", value=summary)
         ti.xcom_push(key="cutoff", value=new_cutoff.to_json())
+        if self.asset is not None:
+            context["asset_state_store"][self.asset].set("controller_cutoff", new_cutoff.to_json())
+            context["outlet_events"][self.asset].extra = {
+                "controller": self.controller,
+                "version": new_cutoff.version,
+                "processed_until": format_ms(new_cutoff.processed_until_ms),
+                "lower_ms": {stream: wm["lower_ms"] for stream, wm in watermarks.items()},
+            }
         commit_cutoff(new_cutoff, cutoff)  # last step: the run's effects become visible to the next run
         return summary
 
@@ -187,6 +216,20 @@ class ControllerWatermarkOperator(BaseOperator):
             store.read_json_url,
             f"controller job for {self.controller!r}",
         )
+
+    def _stream_status(self, stream: str, entry: dict[str, Any], now_ms: int, run_id: str) -> dict[str, Any]:
+        """What the Watermarks page shows beside a stream's watermark: the round's verdict on it."""
+        return {
+            "stream": stream,
+            "controller": self.controller,
+            "status": entry["status"],
+            "idle": entry["status"] == StreamStatus.NO_ACTIVE_WRITERS,
+            "active_writers": entry.get("active_writers", 0),
+            "writers_seen": entry.get("writers_seen", 0),
+            "waiting_for": list(entry.get("waiting_for") or [])[:20],
+            "checked_at_ms": now_ms,
+            "run_id": run_id,
+        }
 
     def _summary_from_cutoff(self, cutoff: ControllerCutoff) -> dict[str, Any]:
         return {

@@ -23,6 +23,7 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, covered_run, read_pipeline_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
 
@@ -130,6 +131,7 @@ class IncrementalPartitionsOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("source", "target", "store_path", "logical_time")
+    operator_extra_links = (WatermarksLink(),)
     ui_color = "#eaf7ea"
 
     def __init__(
@@ -205,6 +207,10 @@ class IncrementalPartitionsOperator(BaseOperator):
 
     # ---------------------------------------------------------------------------------------------- run
 
+    def watermarks_page_query(self) -> dict[str, str]:
+        """Where this task belongs on the Watermarks page (its extra link)."""
+        return {"pipeline": self.pipeline}
+
     def execute(self, context: Context) -> dict[str, Any]:
         now_ms = to_epoch_ms(self.logical_time, "logical_time")
         if now_ms > time.time() * 1000:
@@ -240,6 +246,7 @@ class IncrementalPartitionsOperator(BaseOperator):
             "now": format_ms(now_ms),
             "cutoff": format_ms(the_plan.cutoff_ms),
             "plan": [list(row) for row in the_plan.summary()[:PLAN_ROWS_IN_XCOM]],
+            "plan_units": [[u.partition_start, u.unit, u.reason.value] for u in the_plan.active[:PLAN_ROWS_IN_XCOM]],
             "dry_run": self.plan_only,
         }
         if self.plan_only:
@@ -400,7 +407,8 @@ class IncrementalPartitionsOperator(BaseOperator):
     ) -> None:
         """Mirrors first, the Variable (the source of truth for the next plan) last."""
         store.write_pipeline_state(
-            self.pipeline, {**document.to_json(), "last_plan": summary["plan"], "last_summary": summary}
+            self.pipeline,
+            {**document.to_json(), "kind": "partitions", "last_plan": summary["plan"], "last_summary": summary},
         )
         ti = context["ti"]
         ti.xcom_push(key="state", value=document.to_json())

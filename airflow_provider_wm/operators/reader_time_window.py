@@ -21,6 +21,7 @@ from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.reader import TimeWindow
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.timeutil import format_ms, is_templated
 
 __all__ = ["ReaderTimeWindowOperator", "parse_position", "read_segments", "reader_time_window"]
@@ -173,6 +174,7 @@ class ReaderTimeWindowOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("store_path", "position", "segments_path")
+    operator_extra_links = (WatermarksLink(),)
     ui_color = "#eef8e8"
 
     def __init__(
@@ -199,6 +201,10 @@ class ReaderTimeWindowOperator(BaseOperator):
         self.position: Any = position  # an XComArg or a template until rendered
         self.segments_path = segments_path
         self.storage_options = dict(storage_options or {})
+
+    def watermarks_page_query(self) -> dict[str, str]:
+        """Where this task belongs on the Watermarks page (its extra link)."""
+        return {"stream": self.stream}
 
     def execute(self, context: Context) -> dict[str, Any]:
         result = reader_time_window(

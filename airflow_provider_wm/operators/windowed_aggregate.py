@@ -23,6 +23,7 @@ from airflow_provider_wm.core.windowing import (
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, WindowFn
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.state import WindowedState, commit_windowed_state, covered_run, read_windowed_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
 
@@ -149,6 +150,7 @@ class WindowedAggregateOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("events", "output_path", "late_output", "store_path", "logical_time")
+    operator_extra_links = (WatermarksLink(),)
     ui_color = "#fdf1e1"
 
     def __init__(
@@ -209,6 +211,10 @@ class WindowedAggregateOperator(BaseOperator):
         self.logical_time = logical_time
         self.spark_conn_id, self.spark_conf = spark_conn_id, dict(spark_conf or {})
         self.asset = asset
+
+    def watermarks_page_query(self) -> dict[str, str]:
+        """Where this task belongs on the Watermarks page (its extra link)."""
+        return {"pipeline": self.pipeline}
 
     def execute(self, context: Context) -> dict[str, Any]:
         now_ms = to_epoch_ms(self.logical_time, "logical_time")
@@ -340,7 +346,7 @@ class WindowedAggregateOperator(BaseOperator):
         committed: WindowedState | None,
     ) -> None:
         """Mirrors first, the Variable (what the next run starts from) last."""
-        store.write_pipeline_state(self.pipeline, {**document.to_json(), "last_summary": summary})
+        store.write_pipeline_state(self.pipeline, {**document.to_json(), "kind": "windowed", "last_summary": summary})
         context["ti"].xcom_push(key="state", value=document.to_json())
         if self.asset is not None:
             context["asset_state_store"][self.asset].set("windowed_state", document.to_json())
@@ -348,6 +354,7 @@ class WindowedAggregateOperator(BaseOperator):
                 "pipeline": self.pipeline,
                 "version": document.version,
                 "watermark": summary["watermark"],
+                "watermark_ms": summary["watermark_ms"],
                 "panes": summary["panes"],
                 "too_late": summary["too_late"],
             }

@@ -11,6 +11,7 @@ from airflow.sdk import Context, PokeReturnValue, conf
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.partitions import format_day
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 from airflow_provider_wm.triggers.partitions import FIRST_PENDING, PartitionWatermarkTrigger, check_completeness
@@ -42,6 +43,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
     """
 
     template_fields: Sequence[str] = ("pipeline", "store_path", "start", "end")
+    operator_extra_links = (WatermarksLink(),)
     ui_color = "#fdf2e8"
 
     def __init__(
@@ -143,6 +145,10 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             timeout_at_ms=timeout_at_ms,
             storage_options=self.storage_options,
         )
+
+    def watermarks_page_query(self) -> dict[str, str]:
+        """Where this task belongs on the Watermarks page (its extra link)."""
+        return {"pipeline": self.pipeline}
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "success":

@@ -12,6 +12,7 @@ from airflow.sdk import Context, PokeReturnValue, conf
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.coalescing import AllIdlePolicy
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
 from airflow_provider_wm.triggers.watermark import (
@@ -68,6 +69,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     """
 
     template_fields: Sequence[str] = ("stream", "streams", "store_path", "threshold")
+    operator_extra_links = (WatermarksLink(),)
     ui_color = "#fdf2e8"
 
     def __init__(
@@ -132,6 +134,11 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             idle_timeout_ms=self.idle_timeout_ms,
             when_all_idle=self.when_all_idle,
         )
+
+    def watermarks_page_query(self) -> dict[str, str]:
+        """Where this task belongs on the Watermarks page (its extra link): the (first) stream it waits for."""
+        inputs = self._inputs()
+        return {"stream": inputs[0][0]} if inputs else {}
 
     def poke(self, context: Context) -> PokeReturnValue:
         inputs = self._inputs()

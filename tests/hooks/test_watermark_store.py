@@ -194,3 +194,27 @@ def test_concurrent_keyed_publishers_never_make_a_keys_latest_go_backwards(tmp_p
         history = [r["lower_ms"] for r in store.read_history("orders", wm_key=key)]
         assert store.read_latest("orders", key)["lower_ms"] == 100
         assert history == sorted(history) and len(history) == len(set(history))
+
+
+def test_the_log_index_comes_from_file_names_oldest_first(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    for lower in (30, 10, 20):
+        store.publish(record(lower, computed_at=lower + 100))
+    assert store.read_log_index("orders") == [(130, 30)]  # 10 and 20 came after 30: never written
+    store.publish(record(40, computed_at=140))
+    assert store.read_log_index("orders") == [(130, 30), (140, 40)]
+    assert store.read_log_index("unknown") == []
+
+
+def test_streams_pipelines_and_stream_status_are_listed_and_read_back(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.list_streams() == [] and store.list_pipelines() == []
+    store.publish(record(10, stream="payments"))
+    store.write_stream_status("orders", {"stream": "orders", "idle": True})
+    store.write_pipeline_state("daily", {"version": 1})
+    assert store.list_streams() == ["orders", "payments"]
+    assert store.list_pipelines() == ["daily"]
+    assert store.read_stream_status("orders") == {"stream": "orders", "idle": True}
+    assert store.read_stream_status("payments") is None
+    with pytest.raises(ValueError, match="stream"):
+        store.read_stream_status("../pipelines")

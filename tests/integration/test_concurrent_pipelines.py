@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_wm.demo import data, order_events, orders_data
+from airflow_provider_wm.demo.standalone import DEMO_DAYS, write_example_data
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from tests.integration.airflow_on_postgres import AirflowOnPostgres, airflow_components, wait_for
 from tests.integration.test_postgres_scheduler import max_overlap
@@ -54,7 +55,7 @@ STATEFUL_TASKS = {
     "example_incremental_partitions": "orders_daily",
 }
 INTERVALS = 5
-DAYS = 5  # of daily orders; the hourly streams have data.HOURS (4) hours, the first interval replayed has none
+DAYS = DEMO_DAYS  # of daily orders; the hourly streams have data.HOURS (4) hours, the first interval replayed has none
 SENSOR_TIMEOUT = 900  # every interval's watermark comes eventually; a sensor that gives up would hide a bug
 KILL_DAG = "wm_killed_before_commit"
 KILL_LOGICAL_DATE = datetime(2026, 1, 6, tzinfo=UTC)
@@ -156,12 +157,6 @@ def iso(moment: datetime) -> str:
     return moment.isoformat()
 
 
-def write_inputs(base: Path) -> None:
-    data.write(base)  # writer marks and segments of the hourly streams
-    order_events.write(base)  # order events with their arrival time
-    orders_data.write_history(base / "orders", orders_data.START + timedelta(days=DAYS))
-
-
 def variable_value(exported: Any) -> Any:
     """A value of ``airflow variables export``: ``{"value": ..., "description": ...}`` for a Variable with a
     description, its JSON text decoded."""
@@ -239,7 +234,7 @@ def test_overlapping_runs_of_the_example_pipelines_lose_nothing_and_a_kill_at_co
     base, dags_folder = tmp_path / "data", tmp_path / "dags"
     base.mkdir()
     dags_folder.mkdir()
-    write_inputs(base)
+    write_example_data(base)
     for dag_id in EXAMPLES:
         shutil.copy(REPO_DAGS / f"{dag_id}.py", dags_folder)
     (dags_folder / f"{KILL_DAG}.py").write_text(

@@ -1,0 +1,103 @@
+"""The Watermarks page: an Airflow plugin with a FastAPI app under ``/wm`` and an entry in the UI's navigation.
+
+Registered through the ``airflow.plugins`` entry point of this package (a provider's own ``plugins`` key is not
+loaded by default). The API server mounts the app; the UI embeds the page (``/plugin/watermarks``).
+
+- ``GET /wm/`` the page (HTML and a small script that draws the chart as SVG);
+- ``GET /wm/api/overview`` every stream's latest watermark and status, every pipeline's state;
+- ``GET /wm/api/streams/<stream>/history?points=400`` a stream's watermark and lag over time, downsampled on
+  the server (a log of 100,000 watermarks answers with at most ``points`` points).
+
+Every route needs an authenticated Airflow user (Airflow's own ``get_user`` dependency: the UI's session cookie
+or a bearer token); an anonymous request gets 401. Stream and pipeline names are checked like every name of the
+store, so no request reaches outside it.
+
+The store is ``[wm] store_path`` (``AIRFLOW__WM__STORE_PATH``), else the ``wm_store_default`` connection.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import cache
+from importlib import resources
+from typing import Annotated, Any
+
+from airflow.api_fastapi.core_api.security import get_user
+from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.responses import HTMLResponse
+
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.links import PAGE_PATH
+from airflow_provider_wm.plugins.views import overview, stream_history
+
+__all__ = ["WatermarksPlugin", "create_app"]
+
+MAX_CHART_POINTS = 2000
+
+
+def configured_store() -> WatermarkStoreHook:
+    """The store the page shows: ``[wm] store_path``, else the ``wm_store_default`` connection."""
+    from airflow.configuration import conf
+
+    base_path = conf.get("wm", "store_path", fallback=None)
+    if base_path:
+        return WatermarkStoreHook(base_path)
+    try:
+        return WatermarkStoreHook(wm_store_conn_id=WatermarkStoreHook.default_conn_name)
+    except Exception as error:  # AirflowNotFoundException, or a connection without a path
+        raise HTTPException(
+            status_code=503,
+            detail=f"no watermark store configured: set [wm] store_path (AIRFLOW__WM__STORE_PATH) or the "
+            f"{WatermarkStoreHook.default_conn_name!r} connection ({error})",
+        ) from None
+
+
+Store = Annotated[WatermarkStoreHook, Depends(configured_store)]
+
+
+@cache
+def _page() -> str:
+    return resources.files("airflow_provider_wm.plugins").joinpath("static/watermarks.html").read_text("utf-8")
+
+
+def _bad_name(error: ValueError) -> HTTPException:
+    return HTTPException(status_code=400, detail=str(error))
+
+
+def create_app() -> FastAPI:
+    """The plugin's app: every route behind Airflow's authentication."""
+    app = FastAPI(title="Watermarks", dependencies=[Depends(get_user)])
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> str:
+        return _page()
+
+    @app.get("/api/overview")
+    def api_overview(store: Store) -> dict[str, Any]:
+        return overview(store, int(time.time() * 1000))
+
+    @app.get("/api/streams/{stream}/history")
+    def api_stream_history(
+        store: Store, stream: str, points: Annotated[int, Query(ge=1, le=MAX_CHART_POINTS)] = 400
+    ) -> dict[str, Any]:
+        try:
+            return stream_history(store, stream, points)
+        except ValueError as error:
+            raise _bad_name(error) from None
+
+    return app
+
+
+class WatermarksPlugin(AirflowPlugin):
+    name = "watermarks"
+    fastapi_apps = [{"app": create_app(), "url_prefix": PAGE_PATH.rstrip("/"), "name": "Watermarks"}]
+    external_views = [
+        {
+            "name": "Watermarks",
+            "href": PAGE_PATH.lstrip("/"),  # relative to the API server's base URL, which may have a path
+            "destination": "nav",
+            "url_route": "watermarks",
+            "category": "browse",
+        }
+    ]
