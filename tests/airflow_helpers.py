@@ -70,3 +70,37 @@ def xcom(run: Any, task_id: str, key: str = "return_value") -> Any:
             .one_or_none()
         )
         return None if row is None else XComModel.deserialize_value(row)
+
+
+def asset_event_extras(asset_name: str) -> list[dict[str, Any]]:
+    """The ``extra`` of every event of the active asset named ``asset_name``, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == asset_name, AssetModel.active.has())
+            .order_by(AssetEvent.id)
+            .all()
+        )
+        return [dict(e.extra or {}) for e in events]
+
+
+def asset_state(asset_name: str, key: str) -> Any:
+    """The JSON value stored under ``key`` in the asset state store of the active asset named ``asset_name``."""
+    import json
+
+    from airflow.models.asset import AssetModel
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(AssetStateStoreModel)
+            .join(AssetModel, AssetStateStoreModel.asset_id == AssetModel.id)
+            .filter(AssetModel.name == asset_name, AssetModel.active.has(), AssetStateStoreModel.key == key)
+            .one()
+        )
+        return json.loads(row.value)

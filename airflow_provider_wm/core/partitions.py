@@ -754,13 +754,35 @@ def work_units_not_done(
         if part.end <= start_ms or part.start >= end_ms:
             continue
         for unit in list(units) or [DEFAULT_UNIT]:
-            history = state.history(unit, part.start, part.end)
-            done = (
-                history is not None
-                and history.status is UnitStatus.SUCCEEDED
-                and history.high_watermark_ms is not None
-                and history.high_watermark_ms >= part.end
-            )
-            if not done:
+            if not _done(state, unit, part):
                 pending.append((part.start, part.end, unit))
     return pending
+
+
+def _done(state: PartitionState, unit: str, part: Partition) -> bool:
+    """The work unit succeeded, with a high watermark at or past its partition's end."""
+    history = state.history(unit, part.start, part.end)
+    return (
+        history is not None
+        and history.status is UnitStatus.SUCCEEDED
+        and history.high_watermark_ms is not None
+        and history.high_watermark_ms >= part.end
+    )
+
+
+def complete_until(spec: PartitionSpec, state: PartitionState, units: Sequence[str], now_ms: int) -> int | None:
+    """The output watermark of a pipeline: the end of the last partition (up to ``now_ms``) such that it and
+    every earlier partition are done for every work unit; ``None`` while the first one is not.
+
+    >>> spec = PartitionSpec.build({"from": "2026-01-01", "to": "-"}, "daily")
+    >>> done = [UnitResult(iso_ms(f"2026-01-0{d}"), iso_ms(f"2026-01-0{d + 1}"), "", UnitStatus.SUCCEEDED)
+    ...         for d in (1, 2, 4)]
+    >>> format_day(complete_until(spec, PartitionState.empty().apply(done), [], iso_ms("2026-01-05")))
+    '2026-01-03'
+    """
+    until = None
+    for part in spec.partitions(now_ms):
+        if not all(_done(state, unit, part) for unit in list(units) or [DEFAULT_UNIT]):
+            break
+        until = part.end
+    return until

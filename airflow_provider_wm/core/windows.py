@@ -82,6 +82,17 @@ class WindowFn(ABC):
     def to_json(self) -> dict[str, Any]:
         """``{"kind": ..., <arguments in ms>}``: what the operator passes to the Spark job."""
 
+    def output_watermark(self, watermark_ms: int) -> int | None:
+        """The watermark of the panes an aggregate emits at input watermark ``W``: the last window end at or
+        before ``W``. Every window ending there or earlier is complete and has fired ON_TIME; every later
+        ON_TIME pane belongs to a window that ends after ``W`` (Jet: an operator forwards the watermark, held
+        back to what it has really emitted). ``None``: no window ever completes (global).
+
+        >>> Tumbling(300_000).output_watermark(1_000_000), Session(60_000).output_watermark(1_000_000)
+        (900000, 1000000)
+        """
+        return watermark_ms
+
 
 @dataclass(frozen=True)
 class Tumbling(WindowFn):
@@ -105,6 +116,9 @@ class Tumbling(WindowFn):
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "size_ms": self.size_ms, "offset_ms": self.offset_ms}
+
+    def output_watermark(self, watermark_ms: int) -> int | None:
+        return watermark_ms - (watermark_ms - self.offset_ms) % self.size_ms
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,9 @@ class Sliding(WindowFn):
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "size_ms": self.size_ms, "slide_ms": self.slide_ms, "offset_ms": self.offset_ms}
 
+    def output_watermark(self, watermark_ms: int) -> int | None:
+        return watermark_ms - (watermark_ms - self.offset_ms) % self.slide_ms  # size is a multiple of slide
+
 
 @dataclass(frozen=True)
 class Session(WindowFn):
@@ -175,6 +192,9 @@ class Global(WindowFn):
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind}
+
+    def output_watermark(self, watermark_ms: int) -> int | None:
+        return None
 
 
 def merge_sessions(windows: Sequence[Window]) -> list[tuple[Window, list[int]]]:

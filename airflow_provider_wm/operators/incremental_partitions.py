@@ -18,6 +18,7 @@ from airflow_provider_wm.core.partitions import (
     Plan,
     UnitResult,
     UnitStatus,
+    complete_until,
     format_day,
     plan,
 )
@@ -128,6 +129,10 @@ class IncrementalPartitionsOperator(BaseOperator):
     :param logical_time: the run's "now", default ``data_interval_end``: a re-run plans the same. Templated.
     :param asset: the Asset this pipeline produces: declared as an outlet, receives an asset event and
         the state in the asset state store.
+    :param output_stream: the derived stream (default: the pipeline's name) to which each successful run
+        publishes the end of the partitions done for every unit together with all earlier ones
+        (:func:`~airflow_provider_wm.core.partitions.complete_until`); downstream DAGs wait on it with
+        ``StreamWatermarkSensor``.
     """
 
     template_fields: Sequence[str] = ("source", "target", "store_path", "logical_time")
@@ -161,12 +166,14 @@ class IncrementalPartitionsOperator(BaseOperator):
         spark_conn_id: str | None = None,
         spark_conf: dict[str, Any] | None = None,
         asset: Asset | None = None,
+        output_stream: str | None = None,
         max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
         add_asset_outlet(asset, kwargs)
         super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
+        self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         require_paths(source=source, target=target, store_path=store_path)
         for argument, column in (("time_column", time_column), ("unit_column", unit_column)):
             if column is not None and (not isinstance(column, str) or not column.strip()):
@@ -290,6 +297,29 @@ class IncrementalPartitionsOperator(BaseOperator):
         self._publish(context, store, document, summary, committed)
         return summary
 
+    def _publish_output_watermark(self, store: WatermarkStoreHook, document: PipelineState) -> None:
+        """The derived stream's watermark: the end of the partitions done for every unit, with all earlier ones
+        (:func:`complete_until`); monotone, so a failure that re-opens a partition does not move it back."""
+        if document.processed_until_ms is None:
+            return
+        until = complete_until(
+            self.spec, PartitionState.from_json(document.state), document.units, document.processed_until_ms
+        )
+        if until is None:
+            return
+        store.publish(
+            {
+                "stream": self.output_stream,
+                "wm_key": None,
+                "lower_ms": until,
+                "upper_ms": until,
+                "computed_at_ms": document.processed_until_ms,
+                "run_id": document.run_id,
+                "pipeline": self.pipeline,
+                "upstream": None,
+            }
+        )
+
     def _read_committed(self, context: Context) -> PipelineState | None:
         """The Variable; when it is missing, the asset state store's copy (both are written only on success)."""
         committed = read_pipeline_state(self.pipeline)
@@ -405,7 +435,8 @@ class IncrementalPartitionsOperator(BaseOperator):
         summary: dict[str, Any],
         committed: PipelineState | None,
     ) -> None:
-        """Mirrors first, the Variable (the source of truth for the next plan) last."""
+        """Mirrors and the output watermark first, the Variable (the source of truth for the next plan) last."""
+        self._publish_output_watermark(store, document)
         store.write_pipeline_state(
             self.pipeline,
             {**document.to_json(), "kind": "partitions", "last_plan": summary["plan"], "last_summary": summary},

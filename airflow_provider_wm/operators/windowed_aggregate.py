@@ -147,6 +147,9 @@ class WindowedAggregateOperator(BaseOperator):
     :param store_path: the watermark store (watermarks, requests, manifests). Templated.
     :param logical_time: the run's input cut-off, default ``data_interval_end``. Templated.
     :param asset: the Asset this aggregate produces (outlet, asset event, asset state).
+    :param output_stream: the derived stream (default: the pipeline's name) to which each successful run
+        publishes the watermark of what it emitted: the last window end at or before the watermark
+        (:meth:`WindowFn.output_watermark`). Downstream DAGs wait on it with ``StreamWatermarkSensor``.
     """
 
     template_fields: Sequence[str] = ("events", "output_path", "late_output", "store_path", "logical_time")
@@ -177,12 +180,14 @@ class WindowedAggregateOperator(BaseOperator):
         spark_conn_id: str | None = None,
         spark_conf: dict[str, Any] | None = None,
         asset: Asset | None = None,
+        output_stream: str | None = None,
         max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
         add_asset_outlet(asset, kwargs)
         super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
+        self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         require_paths(events=events, output=output, store_path=store_path)
         if isinstance(keys, str):
             raise ValueError(f"keys={keys!r} must be a list of column names, not a string")
@@ -312,6 +317,27 @@ class WindowedAggregateOperator(BaseOperator):
         self._publish(context, store, document, summary, committed)
         return summary
 
+    def _publish_output_watermark(self, store: WatermarkStoreHook, document: WindowedState) -> None:
+        """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""
+        if document.watermark_ms is None:
+            return
+        output_ms = self.spec.window.output_watermark(document.watermark_ms)
+        if output_ms is None:
+            return
+        policy = self.spec.watermark
+        store.publish(
+            {
+                "stream": self.output_stream,
+                "wm_key": None,
+                "lower_ms": output_ms,
+                "upper_ms": output_ms,
+                "computed_at_ms": document.arrival_until_ms,
+                "run_id": document.run_id,
+                "pipeline": self.pipeline,
+                "upstream": policy.stream if isinstance(policy, StoreWatermark) else None,
+            }
+        )
+
     def _check_spec_unchanged(self, committed: WindowedState | None) -> None:
         """The stored open windows only make sense for the same window, keys, aggregates and accumulation."""
         if committed is None:
@@ -345,8 +371,9 @@ class WindowedAggregateOperator(BaseOperator):
         summary: dict[str, Any],
         committed: WindowedState | None,
     ) -> None:
-        """Mirrors first, the Variable (what the next run starts from) last."""
+        """Mirrors and the output watermark first, the Variable (what the next run starts from) last."""
         store.write_pipeline_state(self.pipeline, {**document.to_json(), "kind": "windowed", "last_summary": summary})
+        self._publish_output_watermark(store, document)
         context["ti"].xcom_push(key="state", value=document.to_json())
         if self.asset is not None:
             context["asset_state_store"][self.asset].set("windowed_state", document.to_json())

@@ -63,6 +63,7 @@ def _stream_row(store: WatermarkStoreHook, stream: str, now_ms: int) -> dict[str
         "lag": "-" if lower is None else format_duration(now_ms - lower),
         "last_advanced_ms": None if latest is None else latest.get("published_at_ms"),
         "stream_cut": None if latest is None else latest.get("stream_cut"),
+        "pipeline": None if latest is None else latest.get("pipeline"),
         "upstream": None if latest is None else latest.get("upstream"),
         "controller": status.get("controller") or (latest or {}).get("controller"),
         "status": status.get("status"),

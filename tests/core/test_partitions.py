@@ -18,6 +18,7 @@ from airflow_provider_wm.core.partitions import (
     TimeBound,
     UnitResult,
     UnitStatus,
+    complete_until,
     format_day,
     iso_ms,
     plan,
@@ -337,3 +338,13 @@ def test_planning_again_after_a_successful_run_executes_only_what_grace_and_new_
         else:
             assert u.partition_end > cutoff
             assert u.range_start is not None and u.range_start >= min(u.partition_start, cutoff)
+
+
+def test_complete_until_is_the_end_of_the_prefix_of_partitions_done_for_every_unit():
+    spec = PartitionSpec.build({"from": "2026-01-01", "to": "-"}, "daily")
+    day = lambda d: iso_ms(f"2026-01-{d:02d}")  # noqa: E731
+    results = [UnitResult(day(d), day(d + 1), u, UnitStatus.SUCCEEDED) for d in (1, 2, 3) for u in ("eu", "us")]
+    state = PartitionState.empty().apply(results).apply([UnitResult(day(3), day(4), "us", UnitStatus.FAILED)])
+    assert complete_until(spec, state, ["eu", "us"], day(6)) == day(3)  # us failed when the 3rd was re-run
+    assert complete_until(spec, state, ["eu"], day(6)) == day(4)
+    assert complete_until(spec, PartitionState.empty(), ["eu"], day(6)) is None

@@ -102,3 +102,21 @@ def test_merged_sessions_are_disjoint_and_cover_their_members(pairs):
     for merged, members in groups:
         assert merged.start == min(windows[i].start for i in members)
         assert merged.end == max(windows[i].end for i in members)
+
+
+@given(
+    st.sampled_from([Tumbling(1000), Tumbling(1000, 250), Sliding(1000, 250), Sliding(900, 300, 100), Session(500)]),
+    st.integers(-(10**6), 10**6),
+    st.integers(-(10**6), 10**6),
+)
+def test_the_output_watermark_covers_only_complete_windows_and_every_later_window_ends_after_it(window, w, t):
+    out = window.output_watermark(w)
+    assert out is not None and out <= w
+    for assigned in window.assign(t):
+        assert assigned.end <= out or assigned.end > w  # no window ends between the output and the input watermark
+
+
+def test_the_output_watermark_of_fixed_windows_is_the_last_window_end_and_a_global_window_has_none():
+    assert Tumbling(1000, 250).output_watermark(2_100) == 1_250
+    assert Sliding(1000, 250).output_watermark(2_100) == 2_000
+    assert Global().output_watermark(2_100) is None

@@ -10,7 +10,7 @@ from airflow.models.variable import Variable
 
 from airflow_provider_wm.demo import data
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from tests.airflow_helpers import run_dag, xcom
+from tests.airflow_helpers import asset_event_extras, asset_state, run_dag, xcom
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
@@ -57,6 +57,16 @@ def test_two_consecutive_runs_continue_from_the_first_runs_cutoff(airflow_db, tm
     _run2_again, states = run_dag(dag, hour(2))  # re-running a committed interval changes nothing
     assert states["controller_watermark"] == "success"
     assert Variable.get(key, deserialize_json=True) == second
+
+    # the controller's asset: an event per successful run (the re-run's says nothing changed), its state mirrored
+    extras = asset_event_extras("example_controller_watermarks")
+    assert [e["version"] for e in extras] == [1, 2, 2] and extras[2]["covered_by"] == second["run_id"]
+    assert extras[1]["lower_ms"]["orders"] == orders["lower_ms"]
+    assert asset_state("example_controller_watermarks", "controller_cutoff") == second
+    # what the Watermarks page shows beside each watermark: the round's verdict on the stream
+    status = store.read_stream_status("orders")
+    assert status is not None and status["run_id"] == run2.run_id and status["idle"] is False
+    assert status["active_writers"] == summary["streams"]["orders"]["active_writers"] > 0
 
 
 def load_example_dag():

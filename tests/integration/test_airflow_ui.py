@@ -257,6 +257,8 @@ def check_the_page_in_chromium(api: Api, store: WatermarkStoreHook) -> None:
             row = page.locator("#streams tbody tr[data-stream=orders]")
             assert row.locator("td.lower").inner_text() == "2026-01-05T02:00:00Z"
             assert row.locator("td.writers").inner_text() == str(orders_writers(store))
+            derived = page.locator("#streams tbody tr[data-stream=orders_15m] td.derived")
+            assert derived.inner_text() == "orders_15m (from orders)", "the aggregate's output watermark"
             chart = page.locator("#chart path[data-series=watermark]")
             assert chart.get_attribute("data-points") == "2", "the chart draws the two watermarks of the orders stream"
             strip = page.locator("#pipeline-orders_daily .strip div[data-status=done]")

@@ -17,7 +17,7 @@ from airflow_provider_wm.demo.transforms import FAIL_ONCE_ENV, daily_orders
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.state import pipeline_variable_key
-from tests.airflow_helpers import fresh_dag, run_dag, xcom
+from tests.airflow_helpers import asset_event_extras, asset_state, fresh_dag, run_dag, xcom
 
 JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
 REQUIRED = {
@@ -35,6 +35,7 @@ REQUIRED = {
     ("kwargs", "message"),
     [
         ({"pipeline": "../etc"}, "pipeline='../etc'"),
+        ({"output_stream": ".."}, "output_stream='..'"),
         ({"watermark": {"from": "someday"}}, r"watermark\['from'\]='someday' is not a time watermark bound"),
         ({"watermark": {"from": "2026-02-01", "to": "2026-01-01"}}, "from='2026-02-01' is not before to='2026-01-01'"),
         ({"partition": "biweekly"}, "partition='biweekly' is not a partitioning"),
@@ -158,38 +159,22 @@ def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_ne
     assert len(ids) == len(set(ids)) == 6 * orders_data.ORDERS_PER_DAY + 12
     second = committed("p_two")
     assert second["version"] == 2 and second["processed_until_ms"] == iso_ms("2026-01-07")
+    # its output watermark, a derived stream named after the pipeline: every day up to 01-07 is done in both units
+    derived = WatermarkStoreHook(str(tmp_path / "store"))
+    assert [(r["lower_ms"], r["pipeline"]) for r in derived.read_history("p_two")] == [
+        (iso_ms("2026-01-06"), "p_two"),
+        (iso_ms("2026-01-07"), "p_two"),
+    ]
 
     # an older interval run after a newer one (catch-up, a manual run) has nothing to do and changes nothing
     run_old, states = run_dag(dag, JAN_6)
     assert states == {"orders": "success"} and xcom(run_old, "orders")["covered_by"] == second["run_id"]
     assert committed("p_two") == second and target_ids(tmp_path) == ids
 
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        events = (
-            session.query(AssetEvent)
-            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-            .filter(AssetModel.name == "orders_daily_test")
-            .order_by(AssetEvent.id)
-            .all()
-        )
-        extras = [e.extra for e in events]
+    extras = asset_event_extras("orders_daily_test")
     assert [e["version"] for e in extras] == [1, 2, 2]  # the older run's event says nothing changed
     assert extras[1]["high_watermark"].startswith("2026-01-07") and extras[2]["covered_by"] == second["run_id"]
-
-    from airflow.models.asset_state_store import AssetStateStoreModel
-
-    with create_session() as session:
-        row = (
-            session.query(AssetStateStoreModel)
-            .join(AssetModel, AssetStateStoreModel.asset_id == AssetModel.id)
-            .filter(AssetModel.name == "orders_daily_test", AssetStateStoreModel.key == "partition_state")
-            .one()
-        )
-        mirrored = json.loads(row.value)
-    assert mirrored == committed("p_two")
+    assert asset_state("orders_daily_test", "partition_state") == committed("p_two")
 
     # without its Variable, the pipeline starts from the asset state store's copy (not from scratch)
     Variable.delete(pipeline_variable_key("p_two"))

@@ -50,6 +50,7 @@ def test_window_helpers_take_durations():
     ("kwargs", "message"),
     [
         ({"pipeline": "../x"}, "pipeline='../x'"),
+        ({"output_stream": "a/b"}, "output_stream='a/b'"),
         ({"window": "5 minutes"}, "window='5 minutes' must be a Tumbling"),
         ({"aggregates": {"n": "median(x)"}}, r"aggregates\['n'\]='median\(x\)' must be count"),
         ({"aggregates": {}}, "at least one aggregate"),
@@ -196,6 +197,13 @@ def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_e
     write_events(tmp_path / "events", 3, [("eu", 2, 1000, 70)])  # 00:02 < 01:00 - 30 min: too late
     run3, states = run_dag(dag, T0 + timedelta(minutes=90))
     assert states == {"revenue": "success"} and xcom(run3, "revenue")["too_late"] == 1
+    # the output watermark (a derived stream named after the pipeline): the last window end at the watermark;
+    # run 3 did not move the watermark, so nothing new was published
+    derived = WatermarkStoreHook(str(tmp_path / "store")).read_history("revenue_a")
+    assert [(r["lower_ms"] - T0_MS, r["upstream"]) for r in derived] == [
+        (15 * MINUTE, "orders"),
+        (60 * MINUTE, "orders"),
+    ]
     late = pq.read_table(tmp_path / "panes_late").to_pylist()
     assert sorted((r["wm_run"], r["reason"], r["amount"]) for r in late) == [
         (1, "INVALID_EVENT_TIME", 1),
