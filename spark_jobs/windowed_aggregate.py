@@ -56,7 +56,9 @@ from spark_jobs.common import (
 RUN_PARTITION = "wm_run"
 _SESSION_PARKING_MS = -(2**45)
 """Where too-late and invalid events sit in the session scan: about 1,100 years before any valid time."""
-STATE_FLAGS = ("dirty", "on_time_fired", "last_pane", "owed")
+STATE_FLAGS = ("pending", "on_time_fired", "last_pane", "owed")
+"""Per window, after its keys, bounds and partials: events since its last firing, whether it fired ON_TIME, its
+last pane and the panes it owes retractions for (rule 4)."""
 
 
 class Job:
@@ -239,6 +241,9 @@ class Job:
         if not state_in or not path_exists(self.spark, state_in):
             return None
         state = self.spark.read.parquet(state_in)
+        if "dirty" in state.columns and "pending" not in state.columns:  # written before count triggers
+            state = state.withColumn("dirty", F.col("dirty").cast("long")).withColumnRenamed("dirty", "pending")
+            state = state.select(*[c for c in state.columns if c not in STATE_FLAGS], *STATE_FLAGS)
         expected = [*self.keys, "window_start", "window_end", *self.partial_columns(), *STATE_FLAGS]
         if state.columns != expected:
             raise ValueError(
@@ -254,7 +259,7 @@ class Job:
             "window_start",
             "window_end",
             *self.partial_columns(),
-            F.lit(True).alias("dirty"),
+            F.col("wm_events").cast("long").alias("pending"),
             F.lit(False).alias("on_time_fired"),
             F.lit(None).cast(pane).alias("last_pane"),
             F.array().cast(f"array<{pane.simpleString()}>").alias("owed"),
@@ -283,7 +288,7 @@ class Job:
         if not self.spec.window.merging:
             return both.groupBy(*self.keys, "window_start", "window_end").agg(
                 *self.merge_exprs(),
-                F.bool_or("dirty").alias("dirty"),
+                F.sum("pending").alias("pending"),
                 F.bool_or("on_time_fired").alias("on_time_fired"),
                 F.first("last_pane", ignorenulls=True).alias("last_pane"),
                 F.flatten(F.collect_list("owed")).alias("owed"),
@@ -296,12 +301,12 @@ class Job:
             "wm_group", F.sum("wm_starts").over(ordered.rowsBetween(Window.unboundedPreceding, 0))
         )
         old = F.col("wm_old")
-        member = F.struct("window_start", "window_end", "dirty", "on_time_fired", "last_pane", "owed")
+        member = F.struct("window_start", "window_end", "on_time_fired", "last_pane", "owed")
         merged = grouped.groupBy(*self.keys, "wm_group").agg(
             F.min("window_start").alias("window_start"),
             F.max("window_end").alias("window_end"),
             *self.merge_exprs(),
-            F.count(F.when(~old, 1)).alias("wm_news"),
+            F.sum("pending").alias("pending"),  # a session's own pending events, its members' and the new ones
             F.collect_list(F.when(old, member)).alias("wm_members"),
         )
         only = F.get(F.col("wm_members"), 0)
@@ -321,7 +326,7 @@ class Job:
             "window_start",
             "window_end",
             *self.partial_columns(),
-            F.when(same, only["dirty"] | (F.col("wm_news") > 0)).otherwise(True).alias("dirty"),
+            "pending",
             F.when(same, only["on_time_fired"]).otherwise(False).alias("on_time_fired"),
             F.when(same, only["last_pane"]).alias("last_pane"),
             F.when(same, only["owed"]).otherwise(owed_by_members).alias("owed"),
@@ -338,11 +343,14 @@ class Job:
         else:
             complete = F.lit(watermark) >= end
             purged = end <= F.lit(watermark - spec.allowed_lateness_ms)
-        dirty = F.col("dirty")
+        pending = F.col("pending")
+        dirty = pending > 0
+        early = F.lit(spec.early_firing) if spec.early_firing_count is None else pending >= spec.early_firing_count
+        late = F.lit(spec.late_firing) if spec.late_firing_count is None else pending >= spec.late_firing_count
         timing = (
             F.when(complete & ~F.col("on_time_fired"), Timing.ON_TIME.value)
-            .when(complete & dirty & (F.lit(spec.late_firing) | purged), Timing.LATE.value)
-            .when(~complete & dirty & F.lit(spec.early_firing), Timing.EARLY.value)
+            .when(complete & dirty & (late | purged), Timing.LATE.value)
+            .when(~complete & dirty & early, Timing.EARLY.value)
         )
         values = self.final_values()
         skip = F.lit(False)
@@ -404,7 +412,7 @@ class Job:
             "window_start",
             "window_end",
             *partials,
-            F.when(timing.isNotNull(), False).otherwise(F.col("dirty")).alias("dirty"),
+            F.when(timing.isNotNull(), F.lit(0).cast("long")).otherwise(F.col("pending")).alias("pending"),
             (F.col("on_time_fired") | F.coalesce(timing == Timing.ON_TIME.value, F.lit(False))).alias("on_time_fired"),
             F.when(fires, new_pane).otherwise(F.col("last_pane")).alias("last_pane"),
             F.when(fires, F.array().cast(decided.schema["owed"].dataType)).otherwise(F.col("owed")).alias("owed"),
@@ -454,9 +462,7 @@ class Job:
                     F.lit(self.version).alias(RUN_PARTITION),
                 )
                 self._write_run_partition(late, request["late_output"])
-            accepted = partials.where(F.col("window_start").isNotNull()).drop(
-                "wm_events", "wm_too_late", "wm_invalid", "wm_max_t"
-            )
+            accepted = partials.where(F.col("window_start").isNotNull()).drop("wm_too_late", "wm_invalid", "wm_max_t")
             values_type = accepted.select(self.final_values().alias("v")).schema["v"].dataType
             assert isinstance(values_type, StructType)
             fresh = self.with_fresh_flags(accepted, values_type)

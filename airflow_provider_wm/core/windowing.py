@@ -12,14 +12,18 @@ lateness):
 3. **Watermark.** ``W`` is the stream's watermark from the store (:class:`StoreWatermark`) or the highest
    event time seen so far minus a delay (:class:`BoundedOutOfOrderness`); never lower than ``W_prev``.
    ``W`` means that every event with a time below ``W`` has arrived.
-4. **Assignment.** Every other event is added to the partial aggregates of its windows (per key), which
-   become *dirty* (data since their last firing). Session windows of a key merge when they overlap; a
-   merged session is a new window: dirty, not yet fired, and (retracting) it owes the retraction of every
+4. **Assignment.** Every other event is added to the partial aggregates of its windows (per key), whose
+   *pending* count (events since the window's last firing; *dirty* when above 0) it raises by one. Session
+   windows of a key merge when they overlap; a merged session is a new window: not yet fired, pending the
+   sum of its members' pending events and the new ones, and (retracting) it owes the retraction of every
    pane its members fired.
 5. **Firing.** A window ``[s, e)`` is complete when ``W >= e``. A complete window that has not fired
    ON_TIME fires its ON_TIME pane (even an empty one under DISCARDING). A complete, dirty window fires a
    LATE pane (``late_firing``; when it is off, one LATE pane when the window is purged). An incomplete,
-   dirty window fires an EARLY pane (``early_firing``). Pane indexes count a window's firings from 0.
+   dirty window fires an EARLY pane (``early_firing``). Count triggers replace the per-run trigger of
+   their timing: with ``early_firing_count=N`` an incomplete window fires EARLY once N events are pending;
+   with ``late_firing_count=N`` a complete one fires LATE once N are pending (and, with any pending, when
+   it is purged). Firing resets the pending count. Pane indexes count a window's firings from 0.
 6. **Accumulation.** DISCARDING: a pane holds the data since the window's last firing. ACCUMULATING (the
    default): everything so far. ACCUMULATING_AND_RETRACTING: as accumulating, and before the pane a
    retraction row (``retraction = True``) repeats each pane it replaces: the window's own last pane and
@@ -250,6 +254,8 @@ class AggregationSpec:
     early_firing: bool = False
     late_firing: bool = True
     fire_only_updated_panes: bool = False
+    early_firing_count: int | None = None
+    late_firing_count: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.window, WindowFn):
@@ -280,6 +286,20 @@ class AggregationSpec:
             raise ValueError(
                 "fire_only_updated_panes=True is invalid with accumulation=DISCARDING: every pane holds new data"
             )
+        for name in ("early_firing_count", "late_firing_count"):
+            count = getattr(self, name)
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+                raise ValueError(f"{name}={count!r} must be a number of events >= 1 (or None)")
+        if self.early_firing and self.early_firing_count is not None:
+            raise ValueError(
+                f"early_firing=True fires every run with new data, early_firing_count={self.early_firing_count} "
+                "once that many events are pending: pass one of them"
+            )
+        if not self.late_firing and self.late_firing_count is not None:
+            raise ValueError(
+                f"late_firing=False fires late data only when the window is purged, late_firing_count="
+                f"{self.late_firing_count} once that many events are pending: pass one of them"
+            )
 
     @property
     def retracting(self) -> bool:
@@ -302,6 +322,8 @@ class AggregationSpec:
             "early_firing": self.early_firing,
             "late_firing": self.late_firing,
             "fire_only_updated_panes": self.fire_only_updated_panes,
+            "early_firing_count": self.early_firing_count,
+            "late_firing_count": self.late_firing_count,
         }
 
     @classmethod
@@ -327,6 +349,8 @@ class AggregationSpec:
             early_firing=data["early_firing"],
             late_firing=data["late_firing"],
             fire_only_updated_panes=data["fire_only_updated_panes"],
+            early_firing_count=data.get("early_firing_count"),
+            late_firing_count=data.get("late_firing_count"),
         )
 
     def builtin_aggregates(self) -> tuple[Aggregate, ...]:
@@ -357,7 +381,8 @@ class WindowState:
     key: tuple[Any, ...]
     window: Window
     partial: tuple[Any, ...]
-    dirty: bool = False
+    pending: int = 0
+    """Events added since the window's last firing."""
     on_time_fired: bool = False
     last_pane: FiredPane | None = None
     owed: tuple[FiredPane, ...] = ()
@@ -476,9 +501,10 @@ def _assign(
             partial = _partial_of(aggregates, window_events)
             old = by_window.get((key, window))
             if old is None:
-                by_window[(key, window)] = WindowState(key, window, partial, dirty=True)
+                by_window[(key, window)] = WindowState(key, window, partial, pending=len(window_events))
             else:
-                by_window[(key, window)] = replace(old, partial=_merge(aggregates, old.partial, partial), dirty=True)
+                combined = _merge(aggregates, old.partial, partial)
+                by_window[(key, window)] = replace(old, partial=combined, pending=old.pending + len(window_events))
         return list(by_window.values())
 
     sessions: dict[Any, list[WindowState]] = defaultdict(list)
@@ -498,7 +524,8 @@ def _assign(
             if len(old_members) == 1 and old_members[0].window == merged:
                 only = old_members[0]
                 if event_members:
-                    only = replace(only, partial=_merge(aggregates, only.partial, partial), dirty=True)
+                    merged_partial = _merge(aggregates, only.partial, partial)
+                    only = replace(only, partial=merged_partial, pending=only.pending + len(event_members))
                 result.append(only)
                 continue
             for member in old_members:
@@ -506,7 +533,8 @@ def _assign(
             owed: tuple[FiredPane, ...] = ()
             if spec.retracting:
                 owed = tuple(p for m in old_members for p in (*m.owed, *((m.last_pane,) if m.last_pane else ())))
-            result.append(WindowState(key, merged, partial, dirty=True, owed=owed))
+            pending = sum(m.pending for m in old_members) + len(event_members)
+            result.append(WindowState(key, merged, partial, pending=pending, owed=owed))
     return result
 
 
@@ -519,16 +547,18 @@ def _fire(
     watermark: int | None,
 ) -> tuple[list[Pane], WindowState]:
     """Rules 5 and 6 for one window: its rows of this run and its state after them."""
+    early = spec.early_firing if spec.early_firing_count is None else ws.pending >= spec.early_firing_count
+    late = spec.late_firing if spec.late_firing_count is None else ws.pending >= spec.late_firing_count
     if complete and not ws.on_time_fired:
         timing = Timing.ON_TIME
-    elif complete and ws.dirty and (spec.late_firing or purged):
+    elif complete and ws.pending and (late or purged):
         timing = Timing.LATE
-    elif not complete and ws.dirty and spec.early_firing:
+    elif not complete and ws.pending and early:
         timing = Timing.EARLY
     else:
         return [], ws
     values = tuple(a.finish(p) for a, p in zip(aggregates, ws.partial, strict=True))
-    after = replace(ws, dirty=False, on_time_fired=ws.on_time_fired or timing is Timing.ON_TIME)
+    after = replace(ws, pending=0, on_time_fired=ws.on_time_fired or timing is Timing.ON_TIME)
     last = ws.last_pane
     if spec.fire_only_updated_panes and not ws.owed and last is not None and last.values == values:
         return [], after

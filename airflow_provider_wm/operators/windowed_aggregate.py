@@ -141,6 +141,10 @@ class WindowedAggregateOperator(BaseOperator):
     :param early_firing: fire EARLY panes for incomplete windows that received data in the run.
     :param late_firing: fire a LATE pane every run a complete window receives data (default); when off,
         one LATE pane when the window is purged.
+    :param early_firing_count: fire an EARLY pane once an incomplete window has received this many events
+        since its last firing, in this run or over several (instead of ``early_firing``'s every run).
+    :param late_firing_count: fire a LATE pane once a complete window has received this many late events since
+        its last firing (and when it is purged with any), instead of every run that brings late data.
     :param fire_only_updated_panes: skip a pane equal to the window's last one (not with DISCARDING).
     :param arrival_column: the column (or partition column) that says when an event arrived.
     :param output: the panes dataset. Templated. ``late_output`` defaults to ``<output>_late``.
@@ -172,6 +176,8 @@ class WindowedAggregateOperator(BaseOperator):
         accumulation: str | Accumulation = Accumulation.ACCUMULATING,
         early_firing: bool = False,
         late_firing: bool = True,
+        early_firing_count: int | None = None,
+        late_firing_count: int | None = None,
         fire_only_updated_panes: bool = False,
         arrival_column: str | None = None,
         events_format: str = "parquet",
@@ -202,6 +208,8 @@ class WindowedAggregateOperator(BaseOperator):
             accumulation=Accumulation(accumulation.upper() if isinstance(accumulation, str) else accumulation),
             early_firing=bool(early_firing),
             late_firing=bool(late_firing),
+            early_firing_count=early_firing_count,
+            late_firing_count=late_firing_count,
             fire_only_updated_panes=bool(fire_only_updated_panes),
         )
         for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):

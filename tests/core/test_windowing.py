@@ -380,3 +380,49 @@ def test_the_order_of_events_within_a_run_does_not_matter(scenario, rnd):
     pane_set = lambda results: [sorted(map(repr, r.panes)) for r in results]  # noqa: E731
     assert pane_set(a) == pane_set(b)
     assert a[-1].state.watermark_ms == b[-1].state.watermark_ms
+
+
+def test_an_early_count_trigger_fires_once_enough_events_are_pending_across_runs():
+    spec = tumbling_spec(Accumulation.ACCUMULATING, early_firing_count=2)
+    r1 = run(spec, AggregationState(), [Event(100, (), {"v": 1})], 0)
+    assert rows(r1) == [] and r1.state.windows[0].pending == 1
+    r2 = run(spec, r1.state, [Event(200, (), {"v": 2})], 0)
+    assert rows(r2) == [(0, 1000, "EARLY", 0, False, (3,))] and r2.state.windows[0].pending == 0
+    r3 = run(spec, r2.state, [Event(300, (), {"v": 4})], 1000)  # complete: ON_TIME whatever the count
+    assert rows(r3) == [(0, 1000, "ON_TIME", 1, False, (7,))]
+
+
+def test_a_late_count_trigger_waits_for_enough_late_events_or_the_purge():
+    spec = tumbling_spec(Accumulation.DISCARDING, late_firing_count=2)
+    r1 = run(spec, AggregationState(), [Event(100, (), {"v": 1})], 1000)
+    assert rows(r1) == [(0, 1000, "ON_TIME", 0, False, (1,))]
+    r2 = run(spec, r1.state, [Event(200, (), {"v": 2})], 1200)
+    assert rows(r2) == []
+    r3 = run(spec, r2.state, [Event(300, (), {"v": 4}), Event(400, (), {"v": 8})], 1500)
+    assert rows(r3) == [(0, 1000, "LATE", 1, False, (14,))]
+    r4 = run(spec, r3.state, [Event(500, (), {"v": 16})], 1500)
+    assert rows(r4) == []
+    r5 = run(spec, r4.state, [], 2000)  # purged with one pending event: it fires
+    assert rows(r5) == [(0, 1000, "LATE", 2, False, (16,))] and r5.state.windows == ()
+
+
+def test_a_merged_session_counts_the_pending_events_of_its_members():
+    spec = AggregationSpec(Session(200), SUM_V, ("k",), StoreWatermark("s"), early_firing_count=3)
+    r1 = run(spec, AggregationState(), [Event(0, ("a",), {"v": 1}), Event(300, ("a",), {"v": 2})], 0)
+    assert rows(r1) == [] and [w.pending for w in r1.state.windows] == [1, 1]
+    r2 = run(spec, r1.state, [Event(150, ("a",), {"v": 4})], 0)  # bridges both sessions: 1 + 1 + 1 pending
+    assert [(p.window, p.timing.value, p.values) for p in r2.panes] == [(Window(0, 500), "EARLY", (7,))]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"early_firing_count": 0}, "early_firing_count=0 must be a number of events >= 1"),
+        ({"late_firing_count": True}, "late_firing_count=True must be"),
+        ({"early_firing": True, "early_firing_count": 5}, "pass one of them"),
+        ({"late_firing": False, "late_firing_count": 5}, "pass one of them"),
+    ],
+)
+def test_bad_count_triggers_are_refused_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tumbling_spec(Accumulation.ACCUMULATING, **kwargs)

@@ -51,6 +51,8 @@ def test_window_helpers_take_durations():
     [
         ({"pipeline": "../x"}, "pipeline='../x'"),
         ({"output_stream": "a/b"}, "output_stream='a/b'"),
+        ({"early_firing_count": 0}, "early_firing_count=0 must be a number of events >= 1"),
+        ({"late_firing_count": 2, "late_firing": False}, "pass one of them"),
         ({"window": "5 minutes"}, "window='5 minutes' must be a Tumbling"),
         ({"aggregates": {"n": "median(x)"}}, r"aggregates\['n'\]='median\(x\)' must be count"),
         ({"aggregates": {}}, "at least one aggregate"),

@@ -187,7 +187,7 @@ random_mark = st.builds(
 
 @pytest.mark.slow
 @settings(
-    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "12")),
+    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "8")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -277,7 +277,7 @@ def shuffled_rounds(draw_random, writers: int, sequences: int, rounds: int, chun
 
 @pytest.mark.slow
 @settings(
-    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "12")) // 3 or 1,
+    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "8")) // 3 or 1,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

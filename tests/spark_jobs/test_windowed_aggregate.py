@@ -7,10 +7,12 @@ import os
 import random
 import zlib
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.windowing import (
     Accumulation,
@@ -239,6 +241,7 @@ EXAMPLES = int(os.environ.get("WM_WINDOW_EXAMPLES", "1"))  # random scenarios pe
 
 def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation):
     window = WINDOWS[window_kind]
+    early_count, late_firing = rnd.choice([None, 2, 3]), rnd.random() < 0.7
     spec = AggregationSpec(
         window,
         AGGREGATES,
@@ -246,9 +249,11 @@ def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation
         watermark=rnd.choice([StoreWatermark("s"), BoundedOutOfOrderness(rnd.randint(0, 20))]),
         allowed_lateness_ms=rnd.randint(0, 25),
         accumulation=accumulation,
-        early_firing=rnd.random() < 0.5 or window_kind == "global",
-        late_firing=rnd.random() < 0.7,
+        early_firing=early_count is None and (rnd.random() < 0.5 or window_kind == "global"),
+        late_firing=late_firing,
         fire_only_updated_panes=accumulation is not Accumulation.DISCARDING and rnd.random() < 0.3,
+        early_firing_count=early_count,
+        late_firing_count=rnd.choice([None, 2]) if late_firing else None,
     )
     runs, clock = [], 0
     for _ in range(rnd.randint(3, 4)):
@@ -279,3 +284,23 @@ def test_job_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, acc
         assert pipeline.panes() == core_rows(spec, results), seed
         expected_late = Counter((e.key[0], e.time_ms, why) for r in results for e, why in r.late)
         assert Counter(row[:3] for row in pipeline.late()) == expected_late, seed
+
+
+def test_a_state_written_before_count_triggers_is_read_with_one_pending_event_per_dirty_window(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), SUM_V, ("k",), StoreWatermark("s"), early_firing=True)
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.run([("a", 1, 1)], source=0)  # [0, 10) fires EARLY: not dirty
+    events = [Event(1, ("a",), {"v": 1}), Event(12, ("a",), {"v": 2})]
+    state = run(spec, AggregationState(), events[:1], 0).state
+    pipeline.spec = replace(spec, early_firing=False)  # [10, 20) stays dirty after run 2
+    pipeline.run([("a", 12, 2)], source=0)
+    old = spark.read.parquet(pipeline.state)
+    old.withColumn("pending", F.col("pending") > 0).withColumnRenamed("pending", "dirty").write.parquet(
+        str(tmp_path / "old_state")
+    )
+    pipeline.state = str(tmp_path / "old_state")
+    pipeline.spec = spec
+    pipeline.run([], source=20)
+    state = run(replace(spec, early_firing=False), state, events[1:], 0).state
+    expected = run(spec, state, [], 20)
+    assert pipeline.panes(3) == core_rows(spec, [expected])
