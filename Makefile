@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo airflow test lint bench bench-partitions bench-windows bench-page clean
+.PHONY: setup browser demo airflow test lint bench bench-partitions bench-windows bench-page clean
 
 setup: $(STAMP)
 
@@ -22,7 +22,13 @@ demo: setup
 airflow: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_provider_wm.demo.standalone
 
-test: setup
+# The browser test (tests/integration/test_airflow_ui.py) drives Debian's chromium: installed when missing.
+browser:
+	@command -v chromium >/dev/null || apt-get install -y -q chromium >/dev/null \
+		|| { apt-get update -q && apt-get install -y -q chromium >/dev/null; } \
+		|| { echo "make test needs Debian's chromium: apt-get install chromium (as root)"; exit 1; }
+
+test: setup browser
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest
 
 lint: setup
