@@ -20,6 +20,11 @@ A run reads a request (JSON, written by the operator) and:
 
 Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
 or re-run task replaces its own rows. The state is written to a new folder per version.
+
+A rollup (``spec.upstream``, window propagation) reads the upstream's pane rows of the upstream versions
+``arrival_from < wm_run <= arrival_until`` instead of events (:meth:`Job.rollup_partials`): it keeps the
+live pane of each upstream window in a second snapshot (``live_out``), recomputes the partials of the windows
+that got rows from their live panes, and the windows replace their stored partials; steps 4 and 5 follow.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType, StructType, TimestampType
 
 from airflow_provider_wm.core.windowing import (
+    OUTPUT_COLUMNS,
     Accumulation,
     Aggregate,
     AggregationSpec,
@@ -59,6 +66,8 @@ _SESSION_PARKING_MS = -(2**45)
 STATE_FLAGS = ("pending", "on_time_fired", "last_pane", "owed")
 """Per window, after its keys, bounds and partials: events since its last firing, whether it fired ON_TIME, its
 last pane and the panes it owes retractions for (rule 4)."""
+LIVE_META = ("pane_index", "retraction", "upstream_run")
+"""Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
 
 
 class Job:
@@ -87,14 +96,16 @@ class Job:
                 names.append(f"p_{agg.name}")
         return names
 
-    def partial_exprs(self) -> list[Column]:
-        """Aggregates over accepted events: one partial column (two for avg) per aggregate."""
+    def partial_exprs(self, counted: Column | None = None) -> list[Column]:
+        """Aggregates over accepted events: one partial column (two for avg) per aggregate. ``count(*)``
+        counts the rows where ``counted`` holds (default: all)."""
         exprs: list[Column] = []
         for agg in self.spec.aggregates:
             if isinstance(agg, SqlAggregate):
                 exprs.append(F.expr(agg.partial).alias(f"p_{agg.name}"))
             elif agg.function == "count":
-                exprs.append(F.count(F.col(agg.column) if agg.column else F.lit(1)).alias(f"p_{agg.name}"))
+                row = F.lit(1) if counted is None else F.when(counted, 1)
+                exprs.append(F.count(F.col(agg.column) if agg.column else row).alias(f"p_{agg.name}"))
             elif agg.function == "avg":
                 exprs += [
                     F.sum(str(agg.column)).alias(f"p_{agg.name}_sum"),
@@ -186,7 +197,7 @@ class Job:
         Too-late and invalid events are grouped apart from the accepted ones (their window is null, or for
         sessions far before any valid time) so the same scan counts them; their groups have a null window.
         """
-        window = self.spec.window
+        window = self.spec.output_window
         t, reason = F.col("wm_t"), F.col("wm_reason")
         accepted = reason.isNull()
         groups: list[Column | str] = list(self.keys)
@@ -234,6 +245,131 @@ class Job:
             "wm_max_t",
         )
 
+    # ------------------------------------------------------------------------------------------- rollup
+
+    def read_panes(self) -> DataFrame | None:
+        """The upstream's pane rows of the versions ``(arrival_from, arrival_until]``; ``None``: none written."""
+        request = self.request
+        if not path_exists(self.spark, request["events"]):
+            return None
+        try:
+            panes = self.spark.read.parquet(request["events"])
+        except AnalysisException as error:  # the upstream has run but not fired yet: no data files
+            if error.getCondition() == "UNABLE_TO_INFER_SCHEMA":
+                return None
+            raise
+        needed = ["window_start", "window_end", "pane_index", "retraction", RUN_PARTITION, *self.keys]
+        missing = [c for c in needed if c not in panes.columns]
+        if missing:
+            raise ValueError(f"upstream panes {request['events']} lack the columns {missing}; have {panes.columns}")
+        run = F.col(RUN_PARTITION).cast("long")
+        condition = run <= F.lit(int(request["arrival_until_ms"]))
+        if request.get("arrival_from_ms") is not None:
+            condition = condition & (run > F.lit(int(request["arrival_from_ms"])))
+        return panes.where(condition)
+
+    def target_bounds(self, fine_start: Column, fine_end: Column) -> tuple[Column, Column]:
+        """:meth:`AggregationSpec.target_window` as columns."""
+        window = self.spec.window
+        if window is None:
+            return fine_start, fine_end
+        assert isinstance(window, Tumbling)  # validated by the spec
+        start = fine_start - F.pmod(fine_start - F.lit(window.offset_ms), F.lit(window.size_ms))
+        return start, start + F.lit(window.size_ms)
+
+    def value_columns(self, panes: DataFrame) -> list[str]:
+        """The upstream's aggregate columns (what the rollup's aggregates read)."""
+        return [c for c in panes.columns if c not in (*OUTPUT_COLUMNS, RUN_PARTITION, *self.keys)]
+
+    def read_live(self) -> DataFrame | None:
+        live_in = self.request.get("live_in")
+        if not live_in or not path_exists(self.spark, live_in):
+            return None
+        return self.spark.read.parquet(live_in)
+
+    def classify_panes(self, panes: DataFrame) -> DataFrame:
+        """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (no or an empty window), ``TOO_LATE`` (the window
+        they land in is purged: ``end <= W_prev - L``) or null; ``wm_t``: the last time of their window."""
+        fine_start, fine_end = F.col("window_start").cast("long"), F.col("window_end").cast("long")
+        _, target_end = self.target_bounds(fine_start, fine_end)
+        reason = F.when(
+            fine_start.isNull() | fine_end.isNull() | (fine_start >= fine_end), LateReason.INVALID_WINDOW.value
+        )
+        if self.previous_watermark is not None:
+            horizon = self.previous_watermark - self.spec.allowed_lateness_ms
+            reason = reason.when(target_end <= F.lit(horizon), LateReason.TOO_LATE.value)
+        return panes.withColumn("wm_reason", reason).withColumn("wm_t", fine_end - 1)
+
+    def rollup_partials(
+        self, classified: DataFrame | None, live: DataFrame | None
+    ) -> tuple[DataFrame | None, DataFrame | None]:
+        """Pick each upstream window's live pane and recompute the partials of the windows that got rows.
+
+        Returns the fresh windows (partials and ``wm_events``, as :meth:`with_fresh_flags` takes them) and the
+        live panes after the run (``wm_target_end``: the end of the window they belong to)."""
+        assert self.spec.upstream is not None
+        keys = self.keys
+        fresh_rows: DataFrame | None = None
+        if classified is not None:
+            values = self.value_columns(classified.drop("wm_reason", "wm_t"))
+            fresh_rows = classified.where(F.col("wm_reason").isNull()).select(
+                *keys,
+                F.col("window_start").cast("long").alias("window_start"),
+                F.col("window_end").cast("long").alias("window_end"),
+                F.col("pane_index").cast("long").alias("pane_index"),
+                F.col("retraction").cast("boolean").alias("retraction"),
+                F.col(RUN_PARTITION).cast("long").alias("upstream_run"),
+                *values,
+            )
+        candidates = fresh_rows if live is None else live if fresh_rows is None else live.unionByName(fresh_rows)
+        if candidates is None:
+            return None, None
+        identity = [*keys, "window_start", "window_end"]
+        if self.spec.upstream.accumulation is Accumulation.DISCARDING:
+            identity.append("pane_index")
+        others = [c for c in candidates.columns if c not in identity]
+        rank = F.struct("upstream_run", "pane_index", ~F.col("retraction"))
+        winners = (
+            candidates.groupBy(*identity)
+            .agg(F.max_by(F.struct(*others), rank).alias("wm_winner"))
+            .select(*identity, *[F.col(f"wm_winner.{c}").alias(c) for c in others])
+            .where(~F.col("retraction"))
+            .select(*keys, "window_start", "window_end", *LIVE_META, *[c for c in others if c not in LIVE_META])
+        )
+        target_start, target_end = self.target_bounds(F.col("window_start"), F.col("window_end"))
+        live_after = winners.withColumn("wm_target_end", target_end)
+        if fresh_rows is None:
+            return None, live_after
+        arrived = fresh_rows.select(
+            *keys,
+            target_start.alias("wm_ts"),
+            target_end.alias("wm_te"),
+            F.lit(1).alias("wm_events"),
+            F.lit(False).alias("wm_live"),
+        )
+        members = winners.select(
+            *keys,
+            target_start.alias("wm_ts"),
+            target_end.alias("wm_te"),
+            F.lit(0).alias("wm_events"),
+            F.lit(True).alias("wm_live"),
+            *[c for c in winners.columns if c not in (*keys, "window_start", "window_end")],
+        )
+        fresh = (
+            members.unionByName(arrived, allowMissingColumns=True)
+            .groupBy(*keys, "wm_ts", "wm_te")
+            .agg(*self.partial_exprs(F.col("wm_live")), F.sum("wm_events").alias("wm_events"))
+            .where(F.col("wm_events") > 0)
+            .select(
+                *keys,
+                F.col("wm_ts").alias("window_start"),
+                F.col("wm_te").alias("window_end"),
+                *self.partial_columns(),
+                "wm_events",
+            )
+        )
+        return fresh, live_after
+
     # ------------------------------------------------------------------------------------------ combine
 
     def read_state(self) -> DataFrame | None:
@@ -252,7 +388,9 @@ class Job:
             )
         return state
 
-    def with_fresh_flags(self, partials: DataFrame, values: StructType) -> DataFrame:
+    def with_fresh_flags(self, partials: DataFrame) -> DataFrame:
+        values = partials.select(self.final_values().alias("v")).schema["v"].dataType
+        assert isinstance(values, StructType)
         pane = self.pane_struct_type(values)
         return partials.select(
             *self.keys,
@@ -285,7 +423,20 @@ class Job:
         if state is None:
             return fresh
         both = state.withColumn("wm_old", F.lit(True)).unionByName(fresh.withColumn("wm_old", F.lit(False)))
-        if not self.spec.window.merging:
+        if self.spec.upstream is not None:  # a rollup's fresh partials are recomputed from the live panes
+            partials = F.max_by(F.struct(*self.partial_columns()), ~F.col("wm_old")).alias("wm_partials")
+            return both.groupBy(*self.keys, "window_start", "window_end").agg(
+                partials,
+                F.sum("pending").alias("pending"),
+                F.bool_or("on_time_fired").alias("on_time_fired"),
+                F.first("last_pane", ignorenulls=True).alias("last_pane"),
+                F.flatten(F.collect_list("owed")).alias("owed"),
+            ).select(
+                *self.keys, "window_start", "window_end",
+                *[F.col(f"wm_partials.{c}").alias(c) for c in self.partial_columns()],
+                *STATE_FLAGS,
+            )  # fmt: skip
+        if not self.spec.output_window.merging:
             return both.groupBy(*self.keys, "window_start", "window_end").agg(
                 *self.merge_exprs(),
                 F.sum("pending").alias("pending"),
@@ -420,6 +571,36 @@ class Job:
 
     # ---------------------------------------------------------------------------------------------- run
 
+    def rollup_inputs(self) -> tuple[DataFrame | None, DataFrame | None, dict[str | None, int], int | None]:
+        """A rollup's fresh windows and live panes, its row counts by reason and the last time of its panes;
+        quarantines the invalid and too-late rows."""
+        panes = self.read_panes()
+        classified = None if panes is None else self.classify_panes(panes)
+        counts: dict[str | None, int] = {}
+        max_time = None
+        if classified is not None:
+            reason = F.col("wm_reason")
+            totals = classified.agg(  # one row: small
+                F.count(F.lit(1)).alias("rows"),
+                *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
+                F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_WINDOW.value), F.col("wm_t"))),
+            ).collect()[0]
+            counts = {r.value: int(totals[r.value]) for r in LateReason if totals[r.value]}
+            counts[None] = int(totals["rows"]) - sum(counts.values())
+            max_time = totals[-1]
+            if len(counts) > 1:
+                late = classified.where(reason.isNotNull()).select(
+                    *[F.col(c).alias(f"upstream_{c}") if c in ("run_id", RUN_PARTITION) else c for c in panes.columns],  # type: ignore[union-attr]
+                    reason.alias("reason"),
+                    F.lit(self.run_id).alias("run_id"),
+                    F.lit(self.version).alias(RUN_PARTITION),
+                )
+                self._write_run_partition(late, self.request["late_output"])
+        fresh, live_after = self.rollup_partials(classified, self.read_live())
+        if fresh is not None:
+            fresh = self.with_fresh_flags(fresh).localCheckpoint()  # one row per window that got rows: small
+        return fresh, live_after, counts, max_time
+
     def watermark(self, max_event_time: int | None) -> int | None:
         """Rule 3; the store's value is passed in the request (``source_watermark_ms``)."""
         return next_watermark(self.spec.watermark, self.previous_watermark, max_event_time, self.source_watermark)
@@ -427,11 +608,15 @@ class Job:
     def run(self) -> dict[str, Any]:
         started = time.time()
         request = self.request
-        events = self.read_events()
+        events = None if self.spec.upstream is not None else self.read_events()
         counts: dict[str | None, int] = {}
         fresh: DataFrame | None = None
         max_times: list[int | None] = [self.previous_max_event]
-        if events is not None:
+        live_after: DataFrame | None = None
+        if self.spec.upstream is not None:
+            fresh, live_after, counts, max_time = self.rollup_inputs()
+            max_times.append(max_time)
+        elif events is not None:
             classified = self.classified(events)
             # the counts are observed while the scan materialises (no job of their own)
             totals = Observation("totals")
@@ -463,16 +648,20 @@ class Job:
                 )
                 self._write_run_partition(late, request["late_output"])
             accepted = partials.where(F.col("window_start").isNotNull()).drop("wm_too_late", "wm_invalid", "wm_max_t")
-            values_type = accepted.select(self.final_values().alias("v")).schema["v"].dataType
-            assert isinstance(values_type, StructType)
-            fresh = self.with_fresh_flags(accepted, values_type)
+            fresh = self.with_fresh_flags(accepted)
         seen = [v for v in max_times if v is not None]
         max_event_time = max(seen) if seen else None
         watermark = self.watermark(max_event_time)
 
+        live_path = None
+        if live_after is not None:
+            horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
+            kept = live_after if horizon is None else live_after.where(F.col("wm_target_end") > F.lit(horizon))
+            kept.drop("wm_target_end").write.mode("overwrite").parquet(request["live_out"])
+            live_path = request["live_out"]
         state = self.read_state()
         if fresh is None and state is None:
-            return self._manifest(started, counts, watermark, max_event_time, None, None)
+            return self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
         windows = self.combine(fresh, state) if fresh is not None else state
         assert windows is not None
         # decided twice (panes, state) from small frames: cheaper than materialising it in between
@@ -490,7 +679,7 @@ class Job:
         )
         self.next_state(counted).write.mode("overwrite").parquet(request["state_out"])
         fired = fired_counts.get
-        return self._manifest(started, counts, watermark, max_event_time, fired, request["state_out"])
+        return self._manifest(started, counts, watermark, max_event_time, fired, request["state_out"], live_path)
 
     def _manifest(
         self,
@@ -500,6 +689,7 @@ class Job:
         max_event_time: int | None,
         fired: Any,
         state_path: str | None,
+        live_path: str | None = None,
     ) -> dict[str, Any]:
         request = self.request
         pane_counts = {t.value: int(fired[t.value]) if fired else 0 for t in Timing}
@@ -521,6 +711,7 @@ class Job:
                 "events_aggregated": counts.get(None, 0),
                 "too_late": counts.get(LateReason.TOO_LATE.value, 0),
                 "invalid_event_time": counts.get(LateReason.INVALID_EVENT_TIME.value, 0),
+                "invalid_window": counts.get(LateReason.INVALID_WINDOW.value, 0),
                 "panes": pane_counts,
                 "windows_open": int(fired["windows"]) - int(fired["purged"]) if fired else 0,
                 "windows_purged": int(fired["purged"]) if fired else 0,
@@ -528,6 +719,7 @@ class Job:
             "output": request["output"],
             "late_output": request["late_output"] if late else None,
             "state_path": state_path,
+            "live_path": live_path,
             "duration_s": round(time.time() - started, 3),
         }
 

@@ -31,6 +31,16 @@ lateness):
    window's last one (accumulating modes only).
 7. **Purge.** After firing, a window with ``e <= W - L`` is dropped from the state.
 
+**Window propagation** (Apex): a rollup (``upstream=UpstreamPanes(...)``) reads the panes of an upstream
+aggregate instead of events (:func:`run_on_panes`). A pane row lands in the window it carries (``window=None``)
+or in the coarse tumbling window that contains it (a multiple of the upstream's size). It is too late when
+that window is purged (``end <= W_prev - L``). Each upstream window has one *live* pane: the row with the
+highest ``(upstream run, pane_index, not retraction)`` (a retraction is followed by the pane that replaces
+it; a retraction left on top undoes its pane); a DISCARDING upstream's panes are all live (each holds new
+data). A window that got rows has its partials recomputed from its live panes, so an EARLY pane counts
+until its ON_TIME or LATE pane replaces it and a retracting upstream's rollup stays exact; the rows raise
+its pending count. Firing and purging are rules 5-7; a purged window's live panes are dropped.
+
 Worked example (tumbling 1000 ms, lateness 1000 ms, watermark from the store):
 
 >>> from airflow_provider_wm.core.windows import Tumbling
@@ -56,7 +66,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from airflow_provider_wm.core.windows import Session, Window, WindowFn, merge_sessions, window_from_json
+from airflow_provider_wm.core.windows import Session, Tumbling, Window, WindowFn, merge_sessions, window_from_json
 
 __all__ = [
     "Accumulation",
@@ -72,9 +82,12 @@ __all__ = [
     "SqlAggregate",
     "StoreWatermark",
     "Timing",
+    "UpstreamPane",
+    "UpstreamPanes",
     "WindowState",
     "next_watermark",
     "run",
+    "run_on_panes",
 ]
 
 
@@ -92,6 +105,7 @@ class Timing(enum.StrEnum):
 
 class LateReason(enum.StrEnum):
     INVALID_EVENT_TIME = "INVALID_EVENT_TIME"
+    INVALID_WINDOW = "INVALID_WINDOW"
     TOO_LATE = "TOO_LATE"
 
 
@@ -231,6 +245,42 @@ WatermarkPolicy = StoreWatermark | BoundedOutOfOrderness
 
 
 @dataclass(frozen=True)
+class UpstreamPanes:
+    """The windowed aggregate whose panes a rollup reads (window propagation): its pipeline, its window and
+    its accumulation mode (which panes are live, see the module docstring).
+
+    >>> UpstreamPanes("orders_5m", Session(60_000), Accumulation.ACCUMULATING)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: upstream window Session(gap_ms=60000) merges windows: a rollup needs fixed windows (...)
+    """
+
+    pipeline: str
+    window: WindowFn
+    accumulation: Accumulation = Accumulation.ACCUMULATING
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pipeline, str) or not self.pipeline:
+            raise ValueError(f"upstream pipeline={self.pipeline!r} must be a pipeline name")
+        if not isinstance(self.window, WindowFn):
+            raise ValueError(f"upstream window={self.window!r} must be a Tumbling, Sliding or Global window")
+        if self.window.merging:
+            raise ValueError(
+                f"upstream window {self.window!r} merges windows: a rollup needs fixed windows (tumbling, sliding or "
+                "global)"
+            )
+        if not isinstance(self.accumulation, Accumulation):
+            raise ValueError(f"upstream accumulation={self.accumulation!r} must be one of {list(Accumulation)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "window": self.window.to_json(), "accumulation": self.accumulation.value}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UpstreamPanes:
+        return cls(data["pipeline"], window_from_json(data["window"]), Accumulation(data["accumulation"]))
+
+
+@dataclass(frozen=True)
 class AggregationSpec:
     """What to aggregate and when to fire; validated at construction.
 
@@ -245,7 +295,7 @@ class AggregationSpec:
     ValueError: fire_only_updated_panes=True is invalid with accumulation=DISCARDING: every pane holds new data
     """
 
-    window: WindowFn
+    window: WindowFn | None
     aggregates: tuple[Aggregate | SqlAggregate, ...]
     keys: tuple[str, ...]
     watermark: WatermarkPolicy
@@ -256,9 +306,12 @@ class AggregationSpec:
     fire_only_updated_panes: bool = False
     early_firing_count: int | None = None
     late_firing_count: int | None = None
+    upstream: UpstreamPanes | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.window, WindowFn):
+        if self.upstream is not None:
+            self._check_rollup(self.upstream)
+        elif not isinstance(self.window, WindowFn):
             raise ValueError(f"window={self.window!r} must be a Tumbling, Sliding, Session or Global window")
         if not self.aggregates:
             raise ValueError("aggregates=() must name at least one aggregate")
@@ -301,6 +354,51 @@ class AggregationSpec:
                 f"{self.late_firing_count} once that many events are pending: pass one of them"
             )
 
+    def _check_rollup(self, upstream: UpstreamPanes) -> None:
+        """A rollup keeps the upstream's windows (``None``) or tumbles over a whole number of them."""
+        if not isinstance(upstream, UpstreamPanes):
+            raise ValueError(f"upstream={upstream!r} must be UpstreamPanes(pipeline, window, accumulation)")
+        fine, coarse = upstream.window, self.window
+        if coarse is not None:
+            if not isinstance(coarse, Tumbling) or not isinstance(fine, Tumbling):
+                raise ValueError(
+                    f"window={coarse!r} over upstream window {fine!r}: a coarser window must be tumbling over tumbling "
+                    "panes (or window=None to keep the upstream's windows)"
+                )
+            if coarse.size_ms % fine.size_ms or (coarse.offset_ms - fine.offset_ms) % fine.size_ms:
+                raise ValueError(
+                    f"window={coarse!r} must be a multiple of the upstream window {fine!r} (size and offset), so that "
+                    "every upstream window lies in one coarse window"
+                )
+        if self.accumulation is Accumulation.DISCARDING:
+            raise ValueError(
+                "accumulation=DISCARDING: a rollup recomputes its windows from the upstream's live panes; use "
+                "ACCUMULATING or ACCUMULATING_AND_RETRACTING"
+            )
+        if not isinstance(self.watermark, StoreWatermark):
+            raise ValueError(
+                f"watermark={self.watermark!r}: a rollup's watermark is its upstream's output stream "
+                "({'stream': <upstream output stream>})"
+            )
+
+    @property
+    def output_window(self) -> WindowFn:
+        """The windows the panes carry: the rollup's own, else its upstream's."""
+        if self.window is not None:
+            return self.window
+        assert self.upstream is not None  # validated
+        return self.upstream.window
+
+    def target_window(self, upstream_window: Window) -> Window:
+        """A rollup: the window an upstream pane lands in (its own, or the coarse one containing it).
+
+        >>> spec = AggregationSpec(Tumbling(3_600_000), (Aggregate("n", "sum", "n"),), (), StoreWatermark("up"),
+        ...                        upstream=UpstreamPanes("up", Tumbling(300_000)))
+        >>> spec.target_window(Window(3_900_000, 4_200_000))
+        Window(start=3600000, end=7200000)
+        """
+        return upstream_window if self.window is None else self.window.assign(upstream_window.start)[0]
+
     @property
     def retracting(self) -> bool:
         return self.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
@@ -313,7 +411,7 @@ class AggregationSpec:
             else {"stream": self.watermark.stream, "wm_key": self.watermark.wm_key}
         )
         return {
-            "window": self.window.to_json(),
+            "window": None if self.window is None else self.window.to_json(),
             "aggregates": [asdict(a) for a in self.aggregates],
             "keys": list(self.keys),
             "watermark": policy,
@@ -324,6 +422,7 @@ class AggregationSpec:
             "fire_only_updated_panes": self.fire_only_updated_panes,
             "early_firing_count": self.early_firing_count,
             "late_firing_count": self.late_firing_count,
+            **({"upstream": self.upstream.to_json()} if self.upstream else {}),
         }
 
     @classmethod
@@ -340,7 +439,7 @@ class AggregationSpec:
             else StoreWatermark(policy["stream"], policy.get("wm_key"))
         )
         return cls(
-            window=window_from_json(data["window"]),
+            window=None if data["window"] is None else window_from_json(data["window"]),
             aggregates=tuple(SqlAggregate(**a) if "partial" in a else Aggregate(**a) for a in data["aggregates"]),
             keys=tuple(data["keys"]),
             watermark=watermark,
@@ -351,6 +450,7 @@ class AggregationSpec:
             fire_only_updated_panes=data["fire_only_updated_panes"],
             early_firing_count=data.get("early_firing_count"),
             late_firing_count=data.get("late_firing_count"),
+            upstream=UpstreamPanes.from_json(data["upstream"]) if data.get("upstream") else None,
         )
 
     def builtin_aggregates(self) -> tuple[Aggregate, ...]:
@@ -364,6 +464,23 @@ class Event:
     time_ms: int | None
     key: tuple[Any, ...]
     values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpstreamPane:
+    """A pane row of an upstream aggregate as a rollup reads it; ``run`` is the upstream's version
+    (``wm_run``) that wrote it, ``window`` ``None`` when the row has no valid window."""
+
+    key: tuple[Any, ...]
+    window: Window | None
+    values: Mapping[str, Any]
+    index: int
+    retraction: bool = False
+    run: int = 0
+
+    def rank(self) -> tuple[int, int, bool]:
+        """The live pane of a window is the row of highest rank."""
+        return (self.run, self.index, not self.retraction)
 
 
 @dataclass(frozen=True)
@@ -393,6 +510,8 @@ class AggregationState:
     watermark_ms: int | None = None
     max_event_time_ms: int | None = None
     windows: tuple[WindowState, ...] = ()
+    live: tuple[UpstreamPane, ...] = ()
+    """A rollup's live upstream panes, of its open windows."""
 
 
 @dataclass(frozen=True)
@@ -409,7 +528,7 @@ class Pane:
 @dataclass(frozen=True)
 class RunResult:
     panes: list[Pane]
-    late: list[tuple[Event, str]]
+    late: list[tuple[Event | UpstreamPane, str]]
     state: AggregationState
     watermark_ms: int | None
 
@@ -446,9 +565,11 @@ def run(
 ) -> RunResult:
     """One run: rules 1-7 of the module docstring. ``source_watermark_ms`` is the store's watermark
     (:class:`StoreWatermark`); it is ignored under :class:`BoundedOutOfOrderness`."""
+    if spec.upstream is not None:
+        raise ValueError(f"pipeline reads the panes of {spec.upstream.pipeline!r}: use run_on_panes")
     aggregates = spec.builtin_aggregates()
     horizon = None if state.watermark_ms is None else state.watermark_ms - spec.allowed_lateness_ms
-    late: list[tuple[Event, str]] = []
+    late: list[tuple[Event | UpstreamPane, str]] = []
     accepted: list[Event] = []
     max_seen = state.max_event_time_ms
     for event in events:
@@ -464,6 +585,89 @@ def run(
     watermark = next_watermark(spec.watermark, state.watermark_ms, max_seen, source_watermark_ms)
 
     windows = _assign(spec, aggregates, state.windows, accepted)
+    panes, kept = _fire_all(spec, aggregates, windows, watermark)
+    return RunResult(panes, late, AggregationState(watermark, max_seen, tuple(kept)), watermark)
+
+
+def run_on_panes(
+    spec: AggregationSpec,
+    state: AggregationState,
+    panes: Iterable[UpstreamPane],
+    source_watermark_ms: int | None,
+) -> RunResult:
+    """One run of a rollup over the upstream pane rows that arrived (window propagation, module docstring).
+
+    Worked example: hourly sums of 5-minute panes from a retracting upstream. The EARLY pane of
+    ``[0, 5m)`` is retracted and replaced by its ON_TIME pane; the hour counts only the live one.
+
+    >>> up = UpstreamPanes("orders_5m", Tumbling(300_000), Accumulation.ACCUMULATING_AND_RETRACTING)
+    >>> spec = AggregationSpec(Tumbling(3_600_000), (Aggregate("n", "sum", "n"),), (), StoreWatermark("orders_5m"),
+    ...                        upstream=up)
+    >>> five = Window(0, 300_000)
+    >>> r1 = run_on_panes(spec, AggregationState(), [UpstreamPane((), five, {"n": 2}, 0, run=1)], 0)
+    >>> rows = [UpstreamPane((), five, {"n": 2}, 0, True, run=2), UpstreamPane((), five, {"n": 3}, 1, run=2),
+    ...         UpstreamPane((), Window(300_000, 600_000), {"n": 4}, 0, run=2)]
+    >>> r2 = run_on_panes(spec, r1.state, rows, 3_600_000)
+    >>> [(p.window.end, p.timing.value, p.values) for p in r2.panes]
+    [(3600000, 'ON_TIME', (7,))]
+    """
+    aggregates = spec.builtin_aggregates()
+    horizon = None if state.watermark_ms is None else state.watermark_ms - spec.allowed_lateness_ms
+    late: list[tuple[Event | UpstreamPane, str]] = []
+    live = {_identity(spec, pane): pane for pane in state.live}
+    touched: dict[tuple[Any, Window], int] = defaultdict(int)
+    max_seen = state.max_event_time_ms
+    for pane in panes:
+        if pane.window is None or pane.window.start >= pane.window.end:
+            late.append((pane, LateReason.INVALID_WINDOW.value))
+            continue
+        max_seen = pane.window.end - 1 if max_seen is None else max(max_seen, pane.window.end - 1)
+        target = spec.target_window(pane.window)
+        if horizon is not None and target.end <= horizon:
+            late.append((pane, LateReason.TOO_LATE.value))
+            continue
+        identity = _identity(spec, pane)
+        if identity not in live or pane.rank() > live[identity].rank():
+            live[identity] = pane
+        touched[(pane.key, target)] += 1
+    live = {identity: pane for identity, pane in live.items() if not pane.retraction}
+    watermark = next_watermark(spec.watermark, state.watermark_ms, max_seen, source_watermark_ms)
+
+    members: dict[tuple[Any, Window], list[Event]] = defaultdict(list)
+    for pane in live.values():
+        members[(pane.key, spec.target_window(pane.window))].append(Event(None, pane.key, pane.values))  # type: ignore[arg-type]
+    windows = {(ws.key, ws.window): ws for ws in state.windows}
+    for (key, target), rows in touched.items():
+        partial = _partial_of(aggregates, members.get((key, target), []))
+        old = windows.get((key, target))
+        windows[(key, target)] = (
+            WindowState(key, target, partial, pending=rows)
+            if old is None
+            else replace(old, partial=partial, pending=old.pending + rows)
+        )
+    fired, kept = _fire_all(spec, aggregates, list(windows.values()), watermark)
+    open_windows = {(ws.key, ws.window) for ws in kept}
+    still_live = tuple(
+        sorted(
+            (p for p in live.values() if (p.key, spec.target_window(p.window)) in open_windows),  # type: ignore[arg-type]
+            key=lambda p: (repr(p.key), p.window, p.index),
+        )
+    )
+    return RunResult(fired, late, AggregationState(watermark, max_seen, tuple(kept), still_live), watermark)
+
+
+def _identity(spec: AggregationSpec, pane: UpstreamPane) -> tuple[Any, ...]:
+    """Which rows replace each other: one window's panes, except that every pane of a DISCARDING upstream
+    holds new data."""
+    assert spec.upstream is not None
+    discarding = spec.upstream.accumulation is Accumulation.DISCARDING
+    return (pane.key, pane.window, pane.index) if discarding else (pane.key, pane.window)
+
+
+def _fire_all(
+    spec: AggregationSpec, aggregates: Sequence[Aggregate], windows: Iterable[WindowState], watermark: int | None
+) -> tuple[list[Pane], list[WindowState]]:
+    """Rules 5-7 over every window: the run's pane rows and the windows that stay open."""
     panes: list[Pane] = []
     kept: list[WindowState] = []
     for ws in sorted(windows, key=lambda w: (w.window, repr(w.key))):
@@ -473,7 +677,7 @@ def run(
         panes.extend(fired)
         if not purged:
             kept.append(ws)
-    return RunResult(panes, late, AggregationState(watermark, max_seen, tuple(kept)), watermark)
+    return panes, kept
 
 
 def _partial_of(aggregates: Sequence[Aggregate], events: Iterable[Event]) -> tuple[Any, ...]:
@@ -491,11 +695,12 @@ def _assign(
     spec: AggregationSpec, aggregates: Sequence[Aggregate], stored: Sequence[WindowState], events: Sequence[Event]
 ) -> list[WindowState]:
     """Rule 4: the windows after adding the run's events."""
-    if not spec.window.merging:
+    window_fn = spec.output_window
+    if not window_fn.merging:
         by_window: dict[tuple[Any, Window], WindowState] = {(w.key, w.window): w for w in stored}
         new: dict[tuple[Any, Window], list[Event]] = defaultdict(list)
         for event in events:
-            for window in spec.window.assign(event.time_ms):  # type: ignore[arg-type]
+            for window in window_fn.assign(event.time_ms):  # type: ignore[arg-type]
                 new[(event.key, window)].append(event)
         for (key, window), window_events in new.items():
             partial = _partial_of(aggregates, window_events)
@@ -516,7 +721,7 @@ def _assign(
     result: list[WindowState] = []
     for key in [*sessions, *(k for k in arrivals if k not in sessions)]:
         kept, arrived = sessions.get(key, []), arrivals.get(key, [])
-        intervals = [w.window for w in kept] + [spec.window.assign(e.time_ms)[0] for e in arrived]  # type: ignore[arg-type]
+        intervals = [w.window for w in kept] + [window_fn.assign(e.time_ms)[0] for e in arrived]  # type: ignore[arg-type]
         for merged, indexes in merge_sessions(intervals):
             old_members = [kept[i] for i in indexes if i < len(kept)]
             event_members = [arrived[i - len(kept)] for i in indexes if i >= len(kept)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,8 +20,11 @@ from airflow_provider_wm.core.windowing import (
     SqlAggregate,
     StoreWatermark,
     Timing,
+    UpstreamPane,
+    UpstreamPanes,
     next_watermark,
     run,
+    run_on_panes,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window, merge_sessions
 
@@ -426,3 +430,93 @@ def test_a_merged_session_counts_the_pending_events_of_its_members():
 def test_bad_count_triggers_are_refused_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         tumbling_spec(Accumulation.ACCUMULATING, **kwargs)
+
+
+# ------------------------------------------------------------------------------------ window propagation
+
+FIVE_MINUTES = Tumbling(300_000)
+
+
+def rollup_spec(**kwargs: Any) -> AggregationSpec:
+    arguments: dict[str, Any] = {
+        "window": Tumbling(3_600_000),
+        "aggregates": (Aggregate("v", "sum", "v"),),
+        "keys": (),
+        "watermark": StoreWatermark("up"),
+        "upstream": UpstreamPanes("up", FIVE_MINUTES, Accumulation.ACCUMULATING_AND_RETRACTING),
+    }
+    return AggregationSpec(**{**arguments, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": Tumbling(420_000)}, "window=Tumbling.*must be a multiple of the upstream window"),
+        ({"window": Tumbling(3_600_000, 60_000)}, "must be a multiple of the upstream window"),
+        ({"window": Sliding(3_600_000, 300_000)}, "a coarser window must be tumbling over tumbling panes"),
+        ({"accumulation": Accumulation.DISCARDING}, "accumulation=DISCARDING: a rollup recomputes"),
+        ({"watermark": BoundedOutOfOrderness(0)}, "a rollup's watermark is its upstream's output stream"),
+        ({"upstream": None, "window": None}, "window=None must be a Tumbling"),
+    ],
+)
+def test_bad_rollups_are_refused_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        rollup_spec(**kwargs)
+
+
+def test_a_rollup_spec_round_trips_through_json():
+    spec = rollup_spec(window=None)
+    assert AggregationSpec.from_json(spec.to_json()) == spec
+    assert spec.output_window == FIVE_MINUTES
+
+
+def test_a_rollup_counts_each_upstream_window_once_whatever_its_panes():
+    """EARLY then LATE panes of an accumulating upstream: only the latest counts; a rerun of an older upstream
+    version (lower rank) does not displace it."""
+    spec = rollup_spec(upstream=UpstreamPanes("up", FIVE_MINUTES, Accumulation.ACCUMULATING), allowed_lateness_ms=10**7)
+    w = Window(0, 300_000)
+    r1 = run_on_panes(spec, AggregationState(), [UpstreamPane((), w, {"v": 1}, 0, run=1)], 0)
+    r2 = run_on_panes(spec, r1.state, [UpstreamPane((), w, {"v": 5}, 1, run=2)], 3_600_000)
+    r3 = run_on_panes(spec, r2.state, [UpstreamPane((), w, {"v": 2}, 0, run=1)], 3_600_000)
+    assert [p.values for p in r2.panes] == [(5,)]
+    assert [(p.timing.value, p.values) for p in r3.panes] == [("LATE", (5,))]
+
+
+def test_panes_of_a_purged_window_are_too_late_and_bad_windows_quarantined():
+    spec = rollup_spec()
+    state = run_on_panes(spec, AggregationState(), [], 3_600_000).state
+    late_row = UpstreamPane((), Window(0, 300_000), {"v": 1}, 1, run=3)
+    bad_row = UpstreamPane((), None, {"v": 1}, 0, run=3)
+    result = run_on_panes(spec, state, [late_row, bad_row], 3_600_000)
+    assert result.late == [(late_row, "TOO_LATE"), (bad_row, "INVALID_WINDOW")] and result.panes == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios(), st.integers(1, 4))
+def test_a_rollup_of_any_upstream_equals_the_batch_over_the_upstreams_accepted_events(scenario, factor):
+    """Chained through panes (with their retractions and replaced EARLY panes), coarse windows of ``factor``
+    upstream windows hold exactly what a one-shot batch over the upstream's non-late events gives."""
+    upstream, batches, sources = scenario
+    if not isinstance(upstream.window, Tumbling) or not isinstance(upstream.watermark, StoreWatermark):
+        return
+    upstream = AggregationSpec(
+        upstream.window, SUM_V, ("k",), upstream.watermark, upstream.allowed_lateness_ms, upstream.accumulation,
+        early_firing=upstream.early_firing,
+    )  # fmt: skip
+    coarse = Tumbling(upstream.window.size_ms * factor, upstream.window.offset_ms)
+    spec = AggregationSpec(
+        coarse, SUM_V, ("k",), StoreWatermark("up"), allowed_lateness_ms=10**6,
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING,
+        upstream=UpstreamPanes("up", upstream.window, upstream.accumulation),
+    )  # fmt: skip
+    results = run_all(upstream, batches, sources)
+    state, last = AggregationState(), {}
+    for version, result in enumerate(results, start=1):
+        rows = [UpstreamPane(p.key, p.window, {"v": p.values[0]}, p.index, p.retraction, version) for p in result.panes]
+        rolled = run_on_panes(spec, state, rows, upstream.window.output_watermark(result.watermark_ms))
+        state = rolled.state
+        for pane in rolled.panes:
+            if not pane.retraction:
+                last[(pane.key, pane.window)] = pane.values
+    expected = batch_windows(replace(upstream, window=coarse), accepted_events(results, batches))
+    assert last == expected

@@ -1,5 +1,6 @@
-"""The windowed-aggregate job on real Spark: the worked examples, bad data, retries, and a differential test
-against ``core.windowing`` over random runs for every window kind and accumulation mode."""
+"""The windowed-aggregate job on real Spark: the worked examples, bad data, retries, and differential tests
+against ``core.windowing`` over random runs for every window kind and accumulation mode, and for rollups of
+every upstream accumulation mode (window propagation)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ from airflow_provider_wm.core.windowing import (
     Event,
     SqlAggregate,
     StoreWatermark,
+    UpstreamPane,
+    UpstreamPanes,
     run,
+    run_on_panes,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling
 from spark_jobs import windowed_aggregate
@@ -304,3 +308,146 @@ def test_a_state_written_before_count_triggers_is_read_with_one_pending_event_pe
     state = run(replace(spec, early_firing=False), state, events[1:], 0).state
     expected = run(spec, state, [], 20)
     assert pipeline.panes(3) == core_rows(spec, [expected])
+
+
+# -------------------------------------------------------------------------------- rollups (propagation)
+
+
+class Rollup(Pipeline):
+    """A rollup over ``upstream``'s panes: its input cut-off is the upstream version it has read up to."""
+
+    def __init__(self, spark, tmp_path: Path, spec: AggregationSpec, upstream: Pipeline) -> None:
+        super().__init__(spark, tmp_path, spec)
+        self.upstream, self.live = upstream, None
+
+    def request(self, arrival_until: int, source: int | None, version: int) -> dict[str, Any]:
+        return {
+            **super().request(arrival_until, source, version),
+            "events": str(self.upstream.base / "panes"),
+            "event_time": "window_start",
+            "arrival_column": None,
+            "live_in": self.live,
+            "live_out": str(self.base / "live" / f"v{version}"),
+        }
+
+    def roll(self, source: int | None):
+        version = self.version + 1
+        manifest = windowed_aggregate.run(self.spark, self.request(self.upstream.version, source, version))
+        self.version, self.arrival = version, self.upstream.version
+        self.state, self.live = manifest["state_path"] or self.state, manifest["live_path"] or self.live
+        self.previous = {"watermark_ms": manifest["watermark_ms"], "max_event_time_ms": manifest["max_event_time_ms"]}
+        return manifest
+
+
+def upstream_rows(result, names: tuple[str, ...], version: int) -> list[UpstreamPane]:
+    return [
+        UpstreamPane(p.key, p.window, dict(zip(names, p.values, strict=True)), p.index, p.retraction, version)
+        for p in result.panes
+    ]
+
+
+ROLLUP_AGGREGATES = (
+    Aggregate("n", "sum", "n"),
+    Aggregate("s", "sum", "s"),
+    Aggregate("lo", "min", "lo"),
+    Aggregate("hi", "max", "hi"),
+    Aggregate("panes", "count"),
+    Aggregate("a", "avg", "a"),
+)
+ROLLUPS = {
+    "retracting-into-coarse": (Accumulation.ACCUMULATING_AND_RETRACTING, Tumbling(10, 3), Tumbling(30, 3)),
+    "accumulating-sliding-kept": (Accumulation.ACCUMULATING, Sliding(12, 4), None),
+    "discarding-into-coarse": (Accumulation.DISCARDING, Tumbling(10, 3), Tumbling(20, 13)),
+}
+
+
+@pytest.mark.parametrize("case", list(ROLLUPS))
+def test_rollup_panes_equal_core_over_random_upstream_runs(spark, tmp_path, case):
+    upstream_accumulation, fine, coarse = ROLLUPS[case]
+    rnd = random.Random(zlib.crc32(case.encode()))
+    _, runs = random_case(rnd, "tumbling", upstream_accumulation)
+    upstream_spec = AggregationSpec(
+        fine, AGGREGATES, ("k",), StoreWatermark("s"), allowed_lateness_ms=10, accumulation=upstream_accumulation,
+        early_firing=True,
+    )  # fmt: skip
+    spec = AggregationSpec(
+        coarse, ROLLUP_AGGREGATES, ("k",), StoreWatermark("up"), allowed_lateness_ms=rnd.choice([0, 10]),
+        accumulation=rnd.choice([Accumulation.ACCUMULATING, Accumulation.ACCUMULATING_AND_RETRACTING]),
+        early_firing=True, upstream=UpstreamPanes("up", fine, upstream_accumulation),
+    )  # fmt: skip
+    upstream = Pipeline(spark, tmp_path / "up", upstream_spec)
+    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    up_state, state, results = AggregationState(), AggregationState(), []
+    names = tuple(a.name for a in AGGREGATES)
+    for rows, source in [*runs, ([], 10_000)]:  # the last run completes and purges every window
+        up = run(upstream_spec, up_state, [Event(t, (k,), {"v": v}) for k, t, v in rows], source)
+        up_state = up.state
+        upstream.run(rows, source=source)
+        output_watermark = None if up.watermark_ms is None else fine.output_watermark(up.watermark_ms)
+        result = run_on_panes(spec, state, upstream_rows(up, names, upstream.version), output_watermark)
+        state = result.state
+        results.append(result)
+        manifest = rollup.roll(output_watermark)
+        assert manifest["watermark_ms"] == result.watermark_ms, case
+        assert manifest["totals"]["panes"] == result.pane_counts(), case
+        assert manifest["totals"]["too_late"] == sum(why == "TOO_LATE" for _, why in result.late), case
+    assert rollup.panes() == core_rows(spec, results), case
+    assert state.windows == () and state.live == ()
+
+
+def test_a_rollup_of_a_retracting_upstream_equals_the_batch_over_its_events(spark, tmp_path):
+    """Chained through their panes, 10-unit windows rolled up into 30-unit ones give the one-shot batch sums."""
+    fine, coarse = Tumbling(10), Tumbling(30)
+    upstream_spec = AggregationSpec(
+        fine, (Aggregate("s", "sum", "v"),), ("k",), StoreWatermark("s"), allowed_lateness_ms=30,
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING, early_firing=True,
+    )  # fmt: skip
+    spec = AggregationSpec(
+        coarse, (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"), allowed_lateness_ms=30,
+        upstream=UpstreamPanes("up", fine, Accumulation.ACCUMULATING_AND_RETRACTING),
+    )  # fmt: skip
+    upstream = Pipeline(spark, tmp_path / "up", upstream_spec)
+    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    runs = [
+        ([("a", 1, 1), ("a", 12, 2), ("b", 25, 4)], 5),
+        ([("a", 14, 3), ("a", 31, 5), ("b", 29, 1)], 32),
+        ([("a", 8, 7), ("b", 44, 2)], 45),  # 8 is late for [0, 10) but within its lateness
+        ([("a", 2, 100)], 90),  # too late upstream: never aggregated
+    ]
+    for rows, source in runs:
+        upstream.run(rows, source=source)
+        rollup.roll(fine.output_watermark(source))
+    rollup.roll(None)
+    final: dict[tuple[str, int], int] = {}
+    for row in sorted(rollup.panes(), key=lambda r: (r[5], not r[6])):
+        if not row[6]:
+            final[(row[0][0], row[1])] = row[3][0]
+    batch: Counter[tuple[str, int]] = Counter()
+    for rows, _ in runs[:3]:
+        for k, t, v in rows:
+            batch[(k, t - t % 30)] += v
+    assert final == dict(batch)
+    assert upstream.late() == [("a", 2, "TOO_LATE", 4)]
+
+
+def test_upstream_panes_without_a_window_are_quarantined_and_counted(spark, tmp_path):
+    fine = Tumbling(10)
+    spec = AggregationSpec(
+        None, (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"),
+        upstream=UpstreamPanes("up", fine, Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    upstream = Pipeline(spark, tmp_path / "up", spec)
+    schema = "window_start long, window_end long, k string, s long, pane string, pane_index long, retraction boolean"
+    rows = [(0, 10, "a", 3, "ON_TIME", 0, False), (None, 10, "a", 9, "ON_TIME", 0, False)]
+    spark.createDataFrame(rows, schema).withColumn("wm_run", F.lit(1)).write.partitionBy("wm_run").parquet(
+        str(upstream.base / "panes")
+    )
+    upstream.version = 1
+    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    manifest = rollup.roll(10)
+    assert manifest["totals"]["invalid_window"] == 1 and manifest["totals"]["events_aggregated"] == 1
+    assert [p[1:4] for p in rollup.panes()] == [(0, 10, (3,))]
+    quarantined = spark.read.parquet(str(rollup.base / "late")).collect()
+    assert [(r["window_start"], r["s"], r["reason"], r["upstream_wm_run"]) for r in quarantined] == [
+        (None, 9, "INVALID_WINDOW", 1)
+    ]
