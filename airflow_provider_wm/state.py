@@ -200,8 +200,10 @@ class WindowedState:
          "arrival_until_ms": ..., "spec": {...}}
 
     ``state_path`` points at the Spark job's snapshot of the open windows (a new folder per version);
-    ``arrival_until_ms`` is the input cut-off: the next run reads events that arrived after it. The same
-    version rule as the others applies, and neither the watermark nor the input cut-off goes backwards.
+    ``arrival_until_ms`` is the input cut-off: the next run reads events that arrived after it. A rollup also
+    has ``upstream_version``, the upstream's last version whose panes it has read, and ``live_path``, its
+    snapshot of the upstream's live panes. The same version rule as the others applies, and neither the
+    watermark nor an input cut-off goes backwards.
     """
 
     pipeline: str
@@ -213,6 +215,8 @@ class WindowedState:
     max_event_time_ms: int | None
     arrival_until_ms: int | None
     spec: dict[str, Any]
+    upstream_version: int | None = None
+    live_path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,6 +236,8 @@ class WindowedState:
             max_event_time_ms=optional_int("max_event_time_ms"),
             arrival_until_ms=optional_int("arrival_until_ms"),
             spec=dict(data["spec"]),
+            upstream_version=optional_int("upstream_version"),
+            live_path=data.get("live_path"),
         )
 
 
@@ -251,7 +257,7 @@ def commit_windowed_state(new: WindowedState, expected: WindowedState | None) ->
     current = read_windowed_state(new.pipeline)
     _check_version(f"windowed pipeline {new.pipeline!r}", current.version if current else 0, expected)
     if current is not None:
-        for name in ("watermark_ms", "arrival_until_ms"):
+        for name in ("watermark_ms", "arrival_until_ms", "upstream_version"):
             before, after = getattr(current, name), getattr(new, name)
             if before is not None and (after is None or after < before):
                 raise CutoffConflict(

@@ -18,6 +18,7 @@ from airflow_provider_wm.core.windowing import (
     BoundedOutOfOrderness,
     SqlAggregate,
     StoreWatermark,
+    UpstreamPanes,
     WatermarkPolicy,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, WindowFn
@@ -28,6 +29,7 @@ from airflow_provider_wm.state import WindowedState, commit_windowed_state, cove
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
 
 __all__ = [
+    "UpstreamPanes",
     "WindowedAggregateOperator",
     "global_window",
     "session",
@@ -114,6 +116,21 @@ class WindowedAggregateOperator(BaseOperator):
     under ``wm_run=<version>``), the too-late and invalid events (``late_output``), and a new snapshot of
     the open windows. The rules are :mod:`airflow_provider_wm.core.windowing`'s.
 
+    A rollup (window propagation, Apex) reads the panes of an upstream aggregate instead of events: pass
+    ``upstream`` (the upstream operator in the same DAG, or ``UpstreamPanes(pipeline, window, accumulation)``)
+    and ``window=None`` to keep the upstream's windows, or a coarser ``tumbling(...)`` that is a whole number of
+    them (checked when the DAG is parsed). Each run reads the pane rows of the upstream versions committed
+    since its previous run; a retraction undoes the pane it repeats and a newer pane of an upstream window
+    replaces the older one, so a rollup of an upstream with early and late panes stays exact. Its watermark
+    is the upstream's output stream, never ahead of what the upstream has committed. Example, hourly revenue
+    from the 5-minute panes above::
+
+        WindowedAggregateOperator(
+            task_id="revenue_1h", pipeline="revenue_1h", upstream=revenue_5m, window=tumbling("PT1H"),
+            keys=["region"], aggregates={"orders": "sum(orders)", "revenue": "sum(revenue)"},
+            output="/data/revenue_1h", store_path="/data/wm-store",
+        )
+
     Only after the job succeeded the operator commits: XCom (the manifest summary), the asset state store
     and an asset event (when ``asset`` is given) and, last, the Variable ``wm_windows__<pipeline>`` (state
     pointer, watermark, input cut-off), checked against the version read at the start. A failed run
@@ -130,12 +147,16 @@ class WindowedAggregateOperator(BaseOperator):
         )
 
     :param pipeline: the aggregate's name (its Variable, its folder in the store).
-    :param events: the events dataset (``events_format``, default Parquet). Templated.
-    :param event_time: the event-time column (timestamp, date, epoch ms or ISO-8601 string).
-    :param window: ``tumbling(...)``, ``sliding(...)``, ``session(...)`` or ``global_window()``.
+    :param events: the events dataset (``events_format``, default Parquet); for a rollup, the upstream's panes
+        (default: the upstream operator's ``output``). Templated.
+    :param event_time: the event-time column (timestamp, date, epoch ms or ISO-8601 string); not for rollups.
+    :param window: ``tumbling(...)``, ``sliding(...)``, ``session(...)`` or ``global_window()``; for a rollup
+        ``None`` (the upstream's windows) or a tumbling multiple of the upstream's.
+    :param upstream: a rollup's upstream aggregate: its operator, or ``UpstreamPanes(...)`` in another DAG.
     :param aggregates: output name -> ``count(*)``, ``sum(col)``, ... or a :class:`SqlAggregate`.
     :param keys: grouping columns (required by session windows).
-    :param watermark: ``{"stream": name[, "wm_key": key]}`` or ``{"max_delay": duration}``.
+    :param watermark: ``{"stream": name[, "wm_key": key]}`` or ``{"max_delay": duration}``; a rollup's
+        defaults to the upstream's output stream.
     :param allowed_lateness: how long after the watermark passed a window late data still updates it.
     :param accumulation: ACCUMULATING (default), DISCARDING or ACCUMULATING_AND_RETRACTING.
     :param early_firing: fire EARLY panes for incomplete windows that received data in the run.
@@ -159,18 +180,20 @@ class WindowedAggregateOperator(BaseOperator):
     template_fields: Sequence[str] = ("events", "output_path", "late_output", "store_path", "logical_time")
     operator_extra_links = (WatermarksLink(),)
     ui_color = "#fdf1e1"
+    output_path: str
 
     def __init__(
         self,
         *,
         pipeline: str,
-        events: str,
-        event_time: str,
-        window: WindowFn,
+        window: WindowFn | None,
         aggregates: Mapping[str, str | SqlAggregate] | Sequence[Aggregate | SqlAggregate],
         output: str,
         store_path: str,
-        watermark: Mapping[str, Any] | WatermarkPolicy,
+        events: str | None = None,
+        event_time: str | None = None,
+        watermark: Mapping[str, Any] | WatermarkPolicy | None = None,
+        upstream: UpstreamPanes | WindowedAggregateOperator | None = None,
         keys: Sequence[str] = (),
         allowed_lateness: Duration = 0,
         accumulation: str | Accumulation = Accumulation.ACCUMULATING,
@@ -194,7 +217,18 @@ class WindowedAggregateOperator(BaseOperator):
         super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
+        upstream_panes = self._upstream_panes(upstream)
+        if isinstance(upstream, WindowedAggregateOperator):
+            events = upstream.output_path if events is None else events
+            watermark = {"stream": upstream.output_stream} if watermark is None else watermark
+        elif upstream_panes is not None and watermark is None:
+            watermark = {"stream": upstream_panes.pipeline}
+        if upstream_panes is None and event_time is None:
+            raise ValueError("event_time=None: name the event-time column (or give upstream= to roll up panes)")
+        if watermark is None:
+            raise ValueError("watermark=None: give {'stream': name} or {'max_delay': duration}")
         require_paths(events=events, output=output, store_path=store_path)
+        assert events is not None
         if isinstance(keys, str):
             raise ValueError(f"keys={keys!r} must be a list of column names, not a string")
         if isinstance(accumulation, str) and accumulation.upper() not in Accumulation.__members__:
@@ -211,6 +245,7 @@ class WindowedAggregateOperator(BaseOperator):
             early_firing_count=early_firing_count,
             late_firing_count=late_firing_count,
             fire_only_updated_panes=bool(fire_only_updated_panes),
+            upstream=upstream_panes,
         )
         for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):
             if column is not None and (not isinstance(column, str) or not re.match(r"^[A-Za-z_]\w*$", column)):
@@ -228,6 +263,18 @@ class WindowedAggregateOperator(BaseOperator):
     def watermarks_page_query(self) -> dict[str, str]:
         """Where this task belongs on the Watermarks page (its extra link)."""
         return {"pipeline": self.pipeline}
+
+    def panes(self) -> UpstreamPanes:
+        """What a rollup of this aggregate reads."""
+        return UpstreamPanes(self.pipeline, self.spec.output_window, self.spec.accumulation)
+
+    @staticmethod
+    def _upstream_panes(upstream: Any) -> UpstreamPanes | None:
+        if upstream is None or isinstance(upstream, UpstreamPanes):
+            return upstream
+        if isinstance(upstream, WindowedAggregateOperator):
+            return upstream.panes()
+        raise ValueError(f"upstream={upstream!r} must be a WindowedAggregateOperator or UpstreamPanes(...)")
 
     def execute(self, context: Context) -> dict[str, Any]:
         now_ms = to_epoch_ms(self.logical_time, "logical_time")
@@ -250,6 +297,9 @@ class WindowedAggregateOperator(BaseOperator):
         source_watermark = self._source_watermark(store)
         arrival_from = committed.arrival_until_ms if committed else None
         arrival_until = now_ms
+        rollup: dict[str, Any] = {}
+        if self.spec.upstream is not None:
+            rollup, source_watermark = self._rollup_inputs(store, committed, version, source_watermark)
         run_dir = store.pipeline_url(self.pipeline, "runs", f"v{version}")
         request = {
             "pipeline": self.pipeline,
@@ -272,6 +322,7 @@ class WindowedAggregateOperator(BaseOperator):
             "output": self.output_path,
             "late_output": self.late_output,
             "round_out": run_dir,
+            **rollup,
         }
         request_url = f"{run_dir}/request.json"
         store.write_json_url(request_url, request)
@@ -310,6 +361,8 @@ class WindowedAggregateOperator(BaseOperator):
                 "max_event_time_ms": manifest["max_event_time_ms"],
                 "arrival_until_ms": arrival_until,
                 "spec": self.spec.to_json(),
+                "upstream_version": rollup.get("arrival_until_ms"),
+                "live_path": manifest.get("live_path") or (committed.live_path if committed else None),
             }
         )
         summary: dict[str, Any] = {
@@ -329,7 +382,7 @@ class WindowedAggregateOperator(BaseOperator):
         """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""
         if document.watermark_ms is None:
             return
-        output_ms = self.spec.window.output_watermark(document.watermark_ms)
+        output_ms = self.spec.output_window.output_watermark(document.watermark_ms)
         if output_ms is None:
             return
         policy = self.spec.watermark
@@ -350,9 +403,9 @@ class WindowedAggregateOperator(BaseOperator):
         """The stored open windows only make sense for the same window, keys, aggregates and accumulation."""
         if committed is None:
             return
-        fixed = ("window", "keys", "aggregates", "accumulation")
+        fixed = ("window", "keys", "aggregates", "accumulation", "upstream")
         current = self.spec.to_json()
-        changed = [name for name in fixed if committed.spec.get(name) != current[name]]
+        changed = [name for name in fixed if committed.spec.get(name) != current.get(name)]
         if changed:
             raise ValueError(
                 f"pipeline {self.pipeline!r}: {', '.join(changed)} changed since version {committed.version} "
@@ -360,6 +413,45 @@ class WindowedAggregateOperator(BaseOperator):
                 "cannot be carried over. Use a new pipeline name, or delete the Variable "
                 f"wm_windows__{self.pipeline} to start over."
             )
+
+    def _rollup_inputs(
+        self, store: WatermarkStoreHook, committed: WindowedState | None, version: int, source_watermark: int | None
+    ) -> tuple[dict[str, Any], int | None]:
+        """A rollup's request fields (the upstream versions to read, its live panes) and its watermark: the
+        store's, but never past the output watermark of what the upstream has committed (the upstream publishes
+        its output stream before its Variable)."""
+        upstream = self.spec.upstream
+        assert upstream is not None
+        source = read_windowed_state(upstream.pipeline)
+        if source is not None:
+            declared = {"window": upstream.window.to_json(), "accumulation": upstream.accumulation.value}
+            actual = {name: source.spec.get(name) for name in declared}
+            if actual != declared:
+                raise ValueError(
+                    f"upstream={upstream.pipeline!r} is declared with {declared} but its committed spec has {actual}"
+                )
+        consumed = committed.upstream_version if committed else None
+        until = source.version if source else (consumed or 0)
+        committed_output = None
+        if source is not None and source.watermark_ms is not None:
+            committed_output = upstream.window.output_watermark(source.watermark_ms)
+        watermark = (
+            None if source_watermark is None or committed_output is None else min(source_watermark, committed_output)
+        )
+        self.log.info(
+            "Rolling up %s: upstream versions (%s, %s], watermark %s (store %s, upstream committed %s)",
+            upstream.pipeline, consumed, until, format_ms(watermark), format_ms(source_watermark),
+            format_ms(committed_output),
+        )  # fmt: skip
+        fields = {
+            "event_time": "window_start",
+            "arrival_column": None,
+            "arrival_from_ms": consumed,
+            "arrival_until_ms": until,
+            "live_in": committed.live_path if committed else None,
+            "live_out": store.pipeline_url(self.pipeline, "live", f"v{version}"),
+        }
+        return fields, watermark
 
     def _source_watermark(self, store: WatermarkStoreHook) -> int | None:
         policy = self.spec.watermark

@@ -10,7 +10,13 @@ import pytest
 from airflow.models.variable import Variable
 from airflow.sdk import Asset
 
-from airflow_provider_wm.core.windowing import Accumulation, BoundedOutOfOrderness, SqlAggregate, StoreWatermark
+from airflow_provider_wm.core.windowing import (
+    Accumulation,
+    BoundedOutOfOrderness,
+    SqlAggregate,
+    StoreWatermark,
+    UpstreamPanes,
+)
 from airflow_provider_wm.core.windows import Session, Sliding, Tumbling
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.windowed_aggregate import (
@@ -233,3 +239,40 @@ def test_a_failed_run_commits_nothing_and_a_changed_spec_is_refused(airflow_db, 
     changed = aggregate_dag(tmp_path, "revenue_b", window=tumbling("PT5M"))
     _run, states = run_dag(changed, T0 + timedelta(minutes=60))
     assert states == {"revenue": "failed"} and committed("revenue_b")["version"] == 1
+
+
+def rollup_of(source, **kwargs):
+    arguments = {
+        "task_id": "hourly",
+        "pipeline": "hourly",
+        "upstream": source,
+        "window": tumbling("PT1H"),
+        "aggregates": {"n": "sum(n)"},
+        "output": "/hourly",
+        "store_path": "/store",
+    }
+    return WindowedAggregateOperator(**{**arguments, **kwargs})
+
+
+def test_a_rollup_of_an_operator_reads_its_panes_and_waits_on_its_output_stream():
+    five = WindowedAggregateOperator(**{**REQUIRED, "output_stream": "w1_out", "accumulation": "DISCARDING"})
+    hourly = rollup_of(five)
+    assert hourly.spec.upstream == UpstreamPanes("w1", Tumbling(300_000), Accumulation.DISCARDING)
+    assert hourly.events == "/out" and hourly.spec.watermark == StoreWatermark("w1_out")
+    kept = rollup_of(UpstreamPanes("w1", Tumbling(300_000)), window=None, events="/panes")
+    assert kept.spec.output_window == Tumbling(300_000) and kept.spec.watermark == StoreWatermark("w1")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": tumbling("PT7M")}, "window=Tumbling.*must be a multiple of the upstream window"),
+        ({"window": sliding("PT1H", "PT5M")}, "must be tumbling over tumbling panes"),
+        ({"upstream": "w1"}, "upstream='w1' must be a WindowedAggregateOperator or UpstreamPanes"),
+        ({"upstream": None}, "event_time=None: name the event-time column"),
+    ],
+)
+def test_bad_rollups_fail_at_parse_time_naming_the_argument(kwargs, message):
+    five = WindowedAggregateOperator(**REQUIRED)
+    with pytest.raises(ValueError, match=message):
+        rollup_of(five, **kwargs)
