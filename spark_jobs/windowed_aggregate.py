@@ -6,7 +6,8 @@ random runs to both and requires identical panes.
 A run reads a request (JSON, written by the operator) and:
 
 1. reads the events that arrived since the previous run: ``arrival_from < arrival <= arrival_until`` on the
-   arrival column (a filter on a partition column prunes partitions);
+   arrival column (a filter on a partition column prunes partitions); a merge of several ``inputs`` reads
+   each one so and unions them, each input's columns prefixed with its name (:func:`merge_inputs`);
 2. classifies each event: ``INVALID_EVENT_TIME`` (null, unparseable or negative time), ``TOO_LATE``
    (``t < W_prev - L``), or accepted; and, in the same aggregation, computes the partial aggregates per
    ``(keys, window)`` of the accepted events (tumbling and sliding windows by arithmetic, ``explode`` for
@@ -42,12 +43,14 @@ from pyspark.sql.types import IntegralType, StructType, TimestampType
 
 from airflow_provider_wm.core.windowing import (
     OUTPUT_COLUMNS,
+    ROW_COLUMN,
     Accumulation,
     Aggregate,
     AggregationSpec,
     LateReason,
     SqlAggregate,
     Timing,
+    input_column,
     next_watermark,
 )
 from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
@@ -159,16 +162,18 @@ class Job:
 
     # --------------------------------------------------------------------------------------------- read
 
-    def read_events(self) -> DataFrame | None:
-        """The run's events; ``None`` when the events path does not exist (no data has arrived there)."""
+    def read_events(self, source: dict[str, Any] | None = None) -> DataFrame | None:
+        """The run's events of the request's input (or of one of its ``inputs``), with ``wm_t``, their time in
+        epoch ms; ``None`` when the events path does not exist (no data has arrived there)."""
         request = self.request
-        if not path_exists(self.spark, request["events"]):
+        source = request if source is None else source
+        if not path_exists(self.spark, source["events"]):
             return None
-        events = self.spark.read.format(request.get("events_format", "parquet")).load(request["events"])
-        arrival_column = request.get("arrival_column")
+        events = self.spark.read.format(source.get("events_format", "parquet")).load(source["events"])
+        arrival_column = source.get("arrival_column")
         if arrival_column:
             if arrival_column not in events.columns:
-                raise ValueError(f"arrival_column={arrival_column!r} is not a column of {request['events']}")
+                raise ValueError(f"arrival_column={arrival_column!r} is not a column of {source['events']}")
             raw_type = events.schema[arrival_column].dataType
             until, since = int(request["arrival_until_ms"]), request.get("arrival_from_ms")
             arrival = time_ms(F.col(arrival_column), raw_type, arrival_column)
@@ -176,20 +181,44 @@ class Job:
             if since is not None:
                 condition = condition & (arrival > F.lit(int(since)))
             events = events.where(_pushable(F.col(arrival_column), raw_type, since, until)).where(condition)
-        missing = [c for c in [request["event_time"], *self.keys] if c not in events.columns]
+        name = source["event_time"]
+        missing = [c for c in [name, *self.keys] if c not in events.columns]
         if missing:
-            raise ValueError(f"events {request['events']} lack the columns {missing}; they have {events.columns}")
-        return events
+            raise ValueError(f"events {source['events']} lack the columns {missing}; they have {events.columns}")
+        return events.withColumn("wm_t", time_ms(F.col(name), events.schema[name].dataType, name))
+
+    def read_merged_events(self) -> DataFrame | None:
+        """The events of every input (:func:`merge_inputs`): keys as they are, every other column prefixed with
+        the input's name, plus the input's row marker; ``None`` when no input has any."""
+        frames = []
+        for source in self.request["inputs"]:
+            events = self.read_events(source)
+            if events is None:
+                continue
+            name = source["name"]
+            frames.append(
+                events.select(
+                    *self.keys,
+                    *[F.col(c).alias(input_column(name, c)) for c in events.columns if c not in (*self.keys, "wm_t")],
+                    F.lit(1).alias(input_column(name, ROW_COLUMN)),
+                    "wm_t",
+                )
+            )
+        if not frames:
+            return None
+        merged = frames[0]
+        for frame in frames[1:]:
+            merged = merged.unionByName(frame, allowMissingColumns=True)
+        return merged
 
     def classified(self, events: DataFrame) -> DataFrame:
-        """The events with ``wm_t`` (epoch ms) and ``wm_reason`` (null: accepted)."""
-        name = self.request["event_time"]
-        t = time_ms(F.col(name), events.schema[name].dataType, name)
+        """The events with ``wm_reason`` (null: accepted), from their time ``wm_t``."""
+        t = F.col("wm_t")
         reason = F.when(t.isNull() | (t < 0), LateReason.INVALID_EVENT_TIME.value)
         if self.previous_watermark is not None:
             horizon = self.previous_watermark - self.spec.allowed_lateness_ms
             reason = reason.when(t < F.lit(horizon), LateReason.TOO_LATE.value)
-        return events.withColumn("wm_t", t).withColumn("wm_reason", reason)
+        return events.withColumn("wm_reason", reason)
 
     def new_partials(self, classified: DataFrame) -> DataFrame:
         """Per ``(keys, window_start, window_end)``: partials, events, too-late and invalid events, highest time.
@@ -608,7 +637,10 @@ class Job:
     def run(self) -> dict[str, Any]:
         started = time.time()
         request = self.request
-        events = None if self.spec.upstream is not None else self.read_events()
+        if self.spec.upstream is not None:
+            events = None
+        else:
+            events = self.read_merged_events() if request.get("inputs") else self.read_events()
         counts: dict[str | None, int] = {}
         fresh: DataFrame | None = None
         max_times: list[int | None] = [self.previous_max_event]
@@ -641,7 +673,7 @@ class Job:
             max_times.append(observed["max_t"])
             if too_late or invalid:
                 late = classified.where(F.col("wm_reason").isNotNull()).select(
-                    *events.columns,
+                    *[c for c in events.columns if c != "wm_t"],
                     F.col("wm_reason").alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
                     F.lit(self.version).alias(RUN_PARTITION),

@@ -31,6 +31,12 @@ lateness):
    window's last one (accumulating modes only).
 7. **Purge.** After firing, a window with ``e <= W - L`` is dropped from the state.
 
+**Merging streams** (Apex MergeWindowedOperator): the events of several inputs are assigned to the same
+windows; :func:`merge_inputs` prefixes each input's columns with its name (``orders__amount``) and marks
+its rows (``orders__wm_row``), so aggregates of both inputs sit side by side in one pane and a key joins
+them within the window. The watermark is :class:`MergedWatermark`: the minimum of the inputs' watermarks
+over those that are not idle (Jet's coalescing), so a window fires once every live input has passed it.
+
 **Window propagation** (Apex): a rollup (``upstream=UpstreamPanes(...)``) reads the panes of an upstream
 aggregate instead of events (:func:`run_on_panes`). A pane row lands in the window it carries (``window=None``)
 or in the coarse tumbling window that contains it (a multiple of the upstream's size). It is too late when
@@ -77,6 +83,7 @@ __all__ = [
     "Event",
     "FiredPane",
     "LateReason",
+    "MergedWatermark",
     "Pane",
     "RunResult",
     "SqlAggregate",
@@ -85,6 +92,8 @@ __all__ = [
     "UpstreamPane",
     "UpstreamPanes",
     "WindowState",
+    "input_column",
+    "merge_inputs",
     "next_watermark",
     "run",
     "run_on_panes",
@@ -241,7 +250,62 @@ class BoundedOutOfOrderness:
             raise ValueError(f"watermark max_delay_ms={self.max_delay_ms!r} must be milliseconds >= 0")
 
 
-WatermarkPolicy = StoreWatermark | BoundedOutOfOrderness
+@dataclass(frozen=True)
+class MergedWatermark:
+    """The watermark of merged inputs: the minimum of their streams' watermarks over the inputs that are not
+    idle (an input whose watermark has not advanced for ``idle_timeout_ms``); when all are idle,
+    ``when_all_idle`` says ``"wait"`` or ``"highest"`` (:mod:`airflow_provider_wm.core.coalescing`).
+    ``inputs`` maps each input's name to its stream watermark."""
+
+    inputs: tuple[tuple[str, StoreWatermark], ...]
+    idle_timeout_ms: int | None = None
+    when_all_idle: str = "wait"
+
+    def __post_init__(self) -> None:
+        if len(self.inputs) < 2:
+            raise ValueError(f"inputs={[name for name, _ in self.inputs]} must name at least two inputs to merge")
+        for name, policy in self.inputs:
+            _identifier(name, "inputs[]")
+            if "__" in name or not isinstance(policy, StoreWatermark):
+                raise ValueError(f"inputs[{name!r}]: a name without '__' and a stream watermark are needed")
+        timeout = self.idle_timeout_ms
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
+            raise ValueError(f"idle_timeout_ms={timeout!r} must be positive milliseconds (or None)")
+        if self.when_all_idle not in ("wait", "highest"):
+            raise ValueError(f"when_all_idle={self.when_all_idle!r} must be 'wait' or 'highest'")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.inputs)
+
+
+WatermarkPolicy = StoreWatermark | BoundedOutOfOrderness | MergedWatermark
+ROW_COLUMN = "wm_row"
+
+
+def input_column(input_name: str, column: str) -> str:
+    """The name of an input's column after the merge: ``input_column("orders", "amount") == "orders__amount"``;
+    ``input_column(name, ROW_COLUMN)`` is 1 on the input's rows (``count(orders.*)`` counts it)."""
+    return f"{input_name}__{column}"
+
+
+def merge_inputs(inputs: Mapping[str, Iterable[Event]]) -> list[Event]:
+    """The events of every input, each with its columns prefixed by its input's name and its row marker.
+
+    >>> merge_inputs({"orders": [Event(5, ("eu",), {"amount": 3})], "deliveries": [Event(7, ("eu",), {})]})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [Event(time_ms=5, key=('eu',), values={'orders__amount': 3, 'orders__wm_row': 1}),
+     Event(time_ms=7, key=('eu',), values={'deliveries__wm_row': 1})]
+    """
+    return [
+        Event(
+            event.time_ms,
+            event.key,
+            {input_column(name, c): v for c, v in event.values.items()} | {input_column(name, ROW_COLUMN): 1},
+        )
+        for name, events in inputs.items()
+        for event in events
+    ]
 
 
 @dataclass(frozen=True)
@@ -328,7 +392,7 @@ class AggregationSpec:
             raise ValueError(f"aggregates and keys: {reserved} are output columns of every pane; rename them")
         if isinstance(self.window, Session) and not self.keys:
             raise ValueError(f"window={self.window!r} is keyed only: give keys")
-        if not isinstance(self.watermark, StoreWatermark | BoundedOutOfOrderness):
+        if not isinstance(self.watermark, StoreWatermark | BoundedOutOfOrderness | MergedWatermark):
             raise ValueError(f"watermark={self.watermark!r} must be StoreWatermark or BoundedOutOfOrderness")
         lateness = self.allowed_lateness_ms
         if isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0:
@@ -405,11 +469,17 @@ class AggregationSpec:
 
     def to_json(self) -> dict[str, Any]:
         """What the operator hands the Spark job (:meth:`from_json` reads it back, validating again)."""
-        policy: dict[str, Any] = (
-            {"max_delay_ms": self.watermark.max_delay_ms}
-            if isinstance(self.watermark, BoundedOutOfOrderness)
-            else {"stream": self.watermark.stream, "wm_key": self.watermark.wm_key}
-        )
+        policy: dict[str, Any]
+        if isinstance(self.watermark, BoundedOutOfOrderness):
+            policy = {"max_delay_ms": self.watermark.max_delay_ms}
+        elif isinstance(self.watermark, MergedWatermark):
+            policy = {
+                "inputs": {name: {"stream": w.stream, "wm_key": w.wm_key} for name, w in self.watermark.inputs},
+                "idle_timeout_ms": self.watermark.idle_timeout_ms,
+                "when_all_idle": self.watermark.when_all_idle,
+            }
+        else:
+            policy = {"stream": self.watermark.stream, "wm_key": self.watermark.wm_key}
         return {
             "window": None if self.window is None else self.window.to_json(),
             "aggregates": [asdict(a) for a in self.aggregates],
@@ -433,11 +503,14 @@ class AggregationSpec:
         True
         """
         policy = data["watermark"]
-        watermark: WatermarkPolicy = (
-            BoundedOutOfOrderness(policy["max_delay_ms"])
-            if "max_delay_ms" in policy
-            else StoreWatermark(policy["stream"], policy.get("wm_key"))
-        )
+        watermark: WatermarkPolicy
+        if "max_delay_ms" in policy:
+            watermark = BoundedOutOfOrderness(policy["max_delay_ms"])
+        elif "inputs" in policy:
+            inputs = tuple((name, StoreWatermark(w["stream"], w.get("wm_key"))) for name, w in policy["inputs"].items())
+            watermark = MergedWatermark(inputs, policy.get("idle_timeout_ms"), policy.get("when_all_idle", "wait"))
+        else:
+            watermark = StoreWatermark(policy["stream"], policy.get("wm_key"))
         return cls(
             window=None if data["window"] is None else window_from_json(data["window"]),
             aggregates=tuple(SqlAggregate(**a) if "partial" in a else Aggregate(**a) for a in data["aggregates"]),

@@ -16,16 +16,20 @@ import pytest
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.windowing import (
+    ROW_COLUMN,
     Accumulation,
     Aggregate,
     AggregationSpec,
     AggregationState,
     BoundedOutOfOrderness,
     Event,
+    MergedWatermark,
     SqlAggregate,
     StoreWatermark,
     UpstreamPane,
     UpstreamPanes,
+    input_column,
+    merge_inputs,
     run,
     run_on_panes,
 )
@@ -451,3 +455,80 @@ def test_upstream_panes_without_a_window_are_quarantined_and_counted(spark, tmp_
     assert [(r["window_start"], r["s"], r["reason"], r["upstream_wm_run"]) for r in quarantined] == [
         (None, 9, "INVALID_WINDOW", 1)
     ]
+
+
+# ------------------------------------------------------------------------------------------- merges
+
+
+class Merge(Pipeline):
+    """A merge of inputs ``a`` (``k, t, v``) and ``b`` (``k, t2, w``), each with its own events folder."""
+
+    def write_input(self, name: str, rows: list[tuple[Any, ...]], arrival: int) -> None:
+        schema = "k string, t long, v int, arrival long" if name == "a" else "k string, t2 long, w int, arrival long"
+        self.spark.createDataFrame([(*r, arrival) for r in rows], schema).write.mode("append").parquet(
+            str(self.base / name)
+        )
+
+    def request(self, arrival_until: int, source: int | None, version: int) -> dict[str, Any]:
+        inputs = [
+            {"name": n, "events": str(self.base / n), "event_time": t, "arrival_column": "arrival"}
+            for n, t in (("a", "t"), ("b", "t2"))
+        ]
+        return {**super().request(arrival_until, source, version), "events": None, "inputs": inputs}
+
+    def merge(self, rows_a, rows_b, source: int | None):
+        arrival = (self.arrival or 0) + 1
+        for name, rows in (("a", rows_a), ("b", rows_b)):
+            if rows:
+                self.write_input(name, rows, arrival)
+        return self.run([], source=source, arrival=arrival)
+
+    def late(self) -> list[tuple[Any, ...]]:
+        path = self.base / "late"
+        if not path.exists():
+            return []
+        rows = self.spark.read.parquet(str(path)).collect()
+        return sorted(((r["k"], r["a__t"] if r["a__wm_row"] else r["b__t2"], r["reason"]) for r in rows), key=repr)
+
+
+MERGED_AGGREGATES = (
+    Aggregate("orders", "count", input_column("a", ROW_COLUMN)),
+    Aggregate("amount", "sum", "a__v"),
+    Aggregate("deliveries", "count", input_column("b", ROW_COLUMN)),
+    Aggregate("slowest", "max", "b__w"),
+    Aggregate("mean", "avg", "b__w"),
+    Aggregate("rows", "count"),
+)
+
+
+@pytest.mark.parametrize("window_kind", ["tumbling", "session"])
+def test_merged_inputs_panes_equal_core_over_random_runs(spark, tmp_path, window_kind):
+    rnd = random.Random(zlib.crc32(f"merge-{window_kind}".encode()))
+    watermark = MergedWatermark((("a", StoreWatermark("sa")), ("b", StoreWatermark("sb"))), 50, "highest")
+    spec = AggregationSpec(
+        WINDOWS[window_kind], MERGED_AGGREGATES, ("k",), watermark, allowed_lateness_ms=rnd.randint(0, 10),
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING, early_firing=True,
+    )  # fmt: skip
+    pipeline = Merge(spark, tmp_path, spec)
+    state, results, clock = AggregationState(), [], 0
+    for _ in range(3):
+        clock += rnd.randint(5, 30)
+        a, b = ([
+            (rnd.choice(["x", "y", None]), max(-1, clock - rnd.randint(0, 40)), rnd.choice([None, *range(9)]))
+            for _ in range(rnd.randint(0, 12))
+        ] for _ in "ab")  # fmt: skip
+        source = clock - rnd.randint(0, 15)
+        events = merge_inputs({
+            "a": [Event(t, (k,), {"t": t, "v": v, "arrival": 0}) for k, t, v in a],
+            "b": [Event(t, (k,), {"t2": t, "w": w, "arrival": 0}) for k, t, w in b],
+        })  # fmt: skip
+        result = run(spec, state, events, source)
+        state = result.state
+        results.append(result)
+        manifest = pipeline.merge(a, b, source)
+        assert manifest["totals"]["panes"] == result.pane_counts()
+    assert pipeline.panes() == core_rows(spec, results)
+    expected_late = Counter(
+        (e.key[0], e.values.get("a__t", e.values.get("b__t2")), why) for r in results for e, why in r.late
+    )
+    assert Counter(pipeline.late()) == expected_late
