@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG
@@ -104,3 +105,17 @@ def asset_state(asset_name: str, key: str) -> Any:
             .one()
         )
         return json.loads(row.value)
+
+
+EXAMPLE_DAGS = Path(__file__).resolve().parents[1] / "dags"
+
+
+def load_example_dag(dag_id: str) -> DAG:
+    """``dags/<dag_id>.py`` parsed now (so it sees the environment), with no import errors."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(EXAMPLE_DAGS / f"{dag_id}.py"))
+    assert bag.import_errors == {}
+    dag = bag.get_dag(dag_id)
+    assert dag is not None
+    return dag

@@ -9,6 +9,8 @@ Scenario over four hours from ``START`` (one controller round per hour, at each 
   time goes back, a stream name that tries to leave the store.
 - ``payments``: one segment; ``p2`` stops reporting at 01:20, holds the stream back, and is dropped after
   the 30-minute writer timeout.
+- ``deliveries``: one writer ``d1`` noting its time every minute, like ``orders`` (the delivery events of
+  :mod:`airflow_provider_wm.demo.order_events`; ``dags/example_orders_deliveries.py`` merges both).
 - ``refunds``: one writer whose marks carry sequence numbers (one per minute, origin ``r1-upload``); the
   mark of 00:30 is uploaded late, at 01:05, so the first round can only use sequences up to 00:29 (the
   rest wait behind the gap in the controller state). The writer stops at 01:10: from then on the stream
@@ -69,6 +71,7 @@ def segments() -> list[dict[str, Any]]:
         {"stream": "orders", "segment_id": EPOCH1 | 2, "key_start": 0.5, "key_end": 0.75},
         {"stream": "orders", "segment_id": EPOCH1 | 3, "key_start": 0.75, "key_end": 1.0},
         {"stream": "payments", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
+        {"stream": "deliveries", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
         {"stream": "refunds", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
     ]
 
@@ -118,6 +121,7 @@ def marks_for_hour(hour: int) -> Iterator[dict[str, Any]]:
             yield _mark("orders", "txn", t - 2 * MINUTE, {0: 100 * n - 50}, kind="commit", reported=t)
             yield _mark("orders", "txn", t, {0: 100 * n}, kind="commit")
         yield _mark("payments", "p1", t, {0: 10 * n})
+        yield _mark("deliveries", "d1", t, {0: 20 * n})
         if t <= P2_SILENT_AFTER:
             yield _mark("payments", "p2", t, {0: 10 * n + 3})
         if t <= REFUNDS_SILENT_AFTER:

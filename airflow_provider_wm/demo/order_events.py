@@ -31,6 +31,11 @@ Scenario over the same four hours as :mod:`airflow_provider_wm.demo.data` (from 
 
   - ``o-T1`` (us, event 00:12:00, ingested 01:25:00, 73 min late): 00:12 < 01:00 - 30 min, in the 02:00 run;
   - ``o-T2`` (eu, event 01:05:00, ingested 02:20:00, 75 min late): 01:05 < 02:00 - 30 min, in the next run.
+
+Delivery events (``delivery_events/``, ``order_id string, region string, delivered_at timestamp(ms, UTC),
+ingested_at timestamp(ms, UTC)``, by arrival hour): every regular order is delivered 8 to 37 minutes after
+it was placed and the delivery is ingested 15 seconds later; one delivered in the last minutes of an hour
+arrives in the next, late for its window (the ``deliveries`` watermark is at the hour's end).
 """
 
 from __future__ import annotations
@@ -103,16 +108,44 @@ def events() -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["ingested_at"], r["order_id"]))
 
 
-def write(base: Path) -> dict[str, int]:
-    """Write ``order_events/order-events-hour-<h>.parquet`` (events by arrival hour) under ``base``."""
-    folder = base / "order_events"
+DELIVERY_SCHEMA = pa.schema(
+    [
+        ("order_id", pa.string()),
+        ("region", pa.string()),
+        ("delivered_at", pa.timestamp("ms", tz="UTC")),
+        ("ingested_at", pa.timestamp("ms", tz="UTC")),
+    ]
+)
+
+
+def deliveries() -> list[dict[str, Any]]:
+    """The delivery of every regular order that arrives within the scenario's hours, ordered by arrival."""
+    rows = []
+    for hour in range(HOURS):
+        for i, order in enumerate(regular(hour)):
+            delivered_at = order["event_time"] + timedelta(minutes=8 + (i * 7 + hour * 5) % 30)
+            ingested_at = delivered_at + timedelta(seconds=15)
+            if ingested_at < at(HOURS):
+                rows.append({"order_id": order["order_id"], "region": order["region"],
+                             "delivered_at": delivered_at, "ingested_at": ingested_at})  # fmt: skip
+    return sorted(rows, key=lambda r: (r["ingested_at"], r["order_id"]))
+
+
+def _write_by_arrival_hour(folder: Path, rows: list[dict[str, Any]], schema: pa.Schema, prefix: str) -> dict[str, int]:
     folder.mkdir(parents=True, exist_ok=True)
     by_hour: dict[int, list[dict[str, Any]]] = {}
-    for row in events():
+    for row in rows:
         hour = int((row["ingested_at"] - START) // timedelta(hours=1))
         by_hour.setdefault(hour, []).append(row)
     counts = {}
-    for hour, rows in sorted(by_hour.items()):
-        pq.write_table(pa.Table.from_pylist(rows, SCHEMA), folder / f"order-events-hour-{hour:02d}.parquet")
-        counts[f"hour {hour}"] = len(rows)
+    for hour, hour_rows in sorted(by_hour.items()):
+        pq.write_table(pa.Table.from_pylist(hour_rows, schema), folder / f"{prefix}-hour-{hour:02d}.parquet")
+        counts[f"hour {hour}"] = len(hour_rows)
     return counts
+
+
+def write(base: Path) -> dict[str, int]:
+    """Write ``order_events/order-events-hour-<h>.parquet`` and ``delivery_events/delivery-events-hour-<h>.parquet``
+    (events by arrival hour) under ``base``; returns the order events per hour."""
+    _write_by_arrival_hour(base / "delivery_events", deliveries(), DELIVERY_SCHEMA, "delivery-events")
+    return _write_by_arrival_hour(base / "order_events", events(), SCHEMA, "order-events")

@@ -12,14 +12,17 @@ from airflow.sdk import Asset, BaseOperator, Context
 
 from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
 from airflow_provider_wm.core.windowing import (
+    ROW_COLUMN,
     Accumulation,
     Aggregate,
     AggregationSpec,
     BoundedOutOfOrderness,
+    MergedWatermark,
     SqlAggregate,
     StoreWatermark,
     UpstreamPanes,
     WatermarkPolicy,
+    input_column,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, WindowFn
 from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
@@ -27,6 +30,7 @@ from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, valida
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.state import WindowedState, commit_windowed_state, covered_run, read_windowed_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
+from airflow_provider_wm.triggers.watermark import check_watermarks, describe_check
 
 __all__ = [
     "UpstreamPanes",
@@ -60,14 +64,24 @@ def global_window() -> Global:
     return Global()
 
 
-_BUILTIN = re.compile(r"^\s*(count|sum|min|max|avg)\s*\(\s*(\*|[A-Za-z_][A-Za-z0-9_]*)?\s*\)\s*$", re.IGNORECASE)
+_BUILTIN = re.compile(
+    r"^\s*(count|sum|min|max|avg)\s*\(\s*(?:([A-Za-z_][A-Za-z0-9_]*)\s*\.\s*)?(\*|[A-Za-z_][A-Za-z0-9_]*)?\s*\)\s*$",
+    re.IGNORECASE,
+)
 
 
-def parse_aggregates(aggregates: Mapping[str, str | SqlAggregate] | Sequence[Aggregate | SqlAggregate]) -> tuple:
+def parse_aggregates(
+    aggregates: Mapping[str, str | SqlAggregate] | Sequence[Aggregate | SqlAggregate], inputs: Sequence[str] = ()
+) -> tuple:
     """``{"orders": "count(*)", "revenue": "sum(amount)", "users": SqlAggregate(...)}`` -> core aggregates.
+    With merged ``inputs``, a column names its input: ``count(orders.*)``, ``sum(orders.amount)``.
 
     >>> parse_aggregates({"n": "count(*)", "total": "sum(amount)"})
     (Aggregate(name='n', function='count', column=None), Aggregate(name='total', function='sum', column='amount'))
+    >>> parse_aggregates({"n": "count(orders.*)", "late": "max(deliveries.delay_s)"}, ["orders", "deliveries"])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    (Aggregate(name='n', function='count', column='orders__wm_row'),
+     Aggregate(name='late', function='max', column='deliveries__delay_s'))
     """
     if isinstance(aggregates, Mapping):
         parsed: list[Aggregate | SqlAggregate] = []
@@ -81,7 +95,16 @@ def parse_aggregates(aggregates: Mapping[str, str | SqlAggregate] | Sequence[Agg
                     f"aggregates[{name!r}]={spec!r} must be count(*), count(col), sum(col), min(col), max(col), "
                     "avg(col), or a SqlAggregate(partial=..., merge=..., final=...) for any other mergeable aggregate"
                 )
-            function, column = match.group(1).lower(), match.group(2)
+            function, source, column = match.group(1).lower(), match.group(2), match.group(3)
+            if source is not None and source not in inputs:
+                raise ValueError(
+                    f"aggregates[{name!r}]={spec!r} refers to input {source!r}, which is not among inputs="
+                    f"{list(inputs)}"
+                )
+            if source is None and inputs and column not in (None, "*"):
+                raise ValueError(f"aggregates[{name!r}]={spec!r} must say which input: <input>.{column}")
+            if source is not None:
+                column = input_column(source, ROW_COLUMN if column in (None, "*") else column)
             parsed.append(Aggregate(name, function, None if column in (None, "*") else column))
         return tuple(parsed)
     if isinstance(aggregates, Sequence) and not isinstance(aggregates, str):
@@ -92,7 +115,7 @@ def parse_aggregates(aggregates: Mapping[str, str | SqlAggregate] | Sequence[Agg
 def parse_watermark(watermark: Mapping[str, Any] | WatermarkPolicy) -> WatermarkPolicy:
     """``{"stream": "orders"}`` (optionally ``"wm_key"``): the store's watermark of a stream;
     ``{"max_delay": "PT1M"}``: the highest event time seen so far minus the delay."""
-    if isinstance(watermark, StoreWatermark | BoundedOutOfOrderness):
+    if isinstance(watermark, StoreWatermark | BoundedOutOfOrderness | MergedWatermark):
         return watermark
     if isinstance(watermark, Mapping):
         if set(watermark) <= {"stream", "wm_key"} and watermark.get("stream"):
@@ -103,6 +126,44 @@ def parse_watermark(watermark: Mapping[str, Any] | WatermarkPolicy) -> Watermark
         if set(watermark) == {"max_delay"}:
             return BoundedOutOfOrderness(duration_ms(watermark["max_delay"], "watermark.max_delay"))
     raise ValueError(f"watermark={watermark!r} must be {{'stream': name}} or {{'max_delay': duration}}")
+
+
+_INPUT_FIELDS = {"events", "event_time", "watermark", "arrival_column", "events_format"}
+
+
+def parse_inputs(
+    inputs: Mapping[str, Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[tuple[str, StoreWatermark]]]:
+    """``{"orders": {"events": ..., "event_time": ..., "watermark": {"stream": "orders"}[, "arrival_column",
+    "events_format"]}, ...}`` -> the job's input list and each input's stream watermark."""
+    if not isinstance(inputs, Mapping) or len(inputs) < 2:
+        raise ValueError(f"inputs={inputs!r} must map at least two input names to their events")
+    parsed, watermarks = [], []
+    for name, spec in inputs.items():
+        if not isinstance(spec, Mapping) or not {"events", "event_time", "watermark"} <= set(spec):
+            raise ValueError(f"inputs[{name!r}]={spec!r} must give events, event_time and watermark")
+        unknown = sorted(set(spec) - _INPUT_FIELDS)
+        if unknown:
+            raise ValueError(f"inputs[{name!r}]: unknown fields {unknown}; use {sorted(_INPUT_FIELDS)}")
+        require_paths(**{f"inputs[{name!r}].events": spec["events"]})
+        policy = parse_watermark(spec["watermark"])
+        if not isinstance(policy, StoreWatermark):
+            raise ValueError(f"inputs[{name!r}].watermark={spec['watermark']!r} must be {{'stream': name}}")
+        for argument in ("event_time", "arrival_column"):
+            column = spec.get(argument)
+            if column is not None and (not isinstance(column, str) or not re.match(r"^[A-Za-z_]\w*$", column)):
+                raise ValueError(f"inputs[{name!r}].{argument}={column!r} must be a column name")
+        parsed.append(
+            {
+                "name": name,
+                "events": spec["events"],
+                "event_time": spec["event_time"],
+                "arrival_column": spec.get("arrival_column"),
+                "events_format": spec.get("events_format", "parquet"),
+            }
+        )
+        watermarks.append((name, policy))
+    return parsed, watermarks
 
 
 class WindowedAggregateOperator(BaseOperator):
@@ -131,6 +192,24 @@ class WindowedAggregateOperator(BaseOperator):
             output="/data/revenue_1h", store_path="/data/wm-store",
         )
 
+    A merge of several event streams (Apex's MergeWindowedOperator) gives ``inputs`` instead of ``events``:
+    each input's events go to the same windows, aggregates name their input (``count(orders.*)``,
+    ``sum(orders.amount)``), so each pane holds both inputs' aggregates side by side and ``keys`` join them
+    within the window. The watermark is the minimum of the inputs' stream watermarks over those that are not
+    idle (``idle_timeout``; ``when_all_idle``, as :class:`StreamWatermarkSensor`). Example::
+
+        WindowedAggregateOperator(
+            task_id="orders_deliveries_10m", pipeline="orders_deliveries_10m", keys=["region"],
+            inputs={
+                "orders": {"events": "/data/orders", "event_time": "event_time", "arrival_column": "ingested_at",
+                           "watermark": {"stream": "orders"}},
+                "deliveries": {"events": "/data/deliveries", "event_time": "delivered_at",
+                               "arrival_column": "ingested_at", "watermark": {"stream": "deliveries"}},
+            },
+            window=tumbling("PT10M"), idle_timeout="PT45M",
+            aggregates={"orders": "count(orders.*)", "delivered": "count(deliveries.*)"}, ...
+        )
+
     Only after the job succeeded the operator commits: XCom (the manifest summary), the asset state store
     and an asset event (when ``asset`` is given) and, last, the Variable ``wm_windows__<pipeline>`` (state
     pointer, watermark, input cut-off), checked against the version read at the start. A failed run
@@ -153,6 +232,10 @@ class WindowedAggregateOperator(BaseOperator):
     :param window: ``tumbling(...)``, ``sliding(...)``, ``session(...)`` or ``global_window()``; for a rollup
         ``None`` (the upstream's windows) or a tumbling multiple of the upstream's.
     :param upstream: a rollup's upstream aggregate: its operator, or ``UpstreamPanes(...)`` in another DAG.
+    :param inputs: a merge's inputs: name -> ``{"events", "event_time", "watermark"[, "arrival_column",
+        "events_format"]}`` (templated).
+    :param idle_timeout: a merge: how long an input's watermark may stay put before the input is idle.
+    :param when_all_idle: a merge: ``"wait"`` (default) or ``"highest"`` when every input is idle.
     :param aggregates: output name -> ``count(*)``, ``sum(col)``, ... or a :class:`SqlAggregate`.
     :param keys: grouping columns (required by session windows).
     :param watermark: ``{"stream": name[, "wm_key": key]}`` or ``{"max_delay": duration}``; a rollup's
@@ -177,7 +260,7 @@ class WindowedAggregateOperator(BaseOperator):
         (:meth:`WindowFn.output_watermark`). Downstream DAGs wait on it with ``StreamWatermarkSensor``.
     """
 
-    template_fields: Sequence[str] = ("events", "output_path", "late_output", "store_path", "logical_time")
+    template_fields: Sequence[str] = ("events", "inputs", "output_path", "late_output", "store_path", "logical_time")
     operator_extra_links = (WatermarksLink(),)
     ui_color = "#fdf1e1"
     output_path: str
@@ -194,6 +277,9 @@ class WindowedAggregateOperator(BaseOperator):
         event_time: str | None = None,
         watermark: Mapping[str, Any] | WatermarkPolicy | None = None,
         upstream: UpstreamPanes | WindowedAggregateOperator | None = None,
+        inputs: Mapping[str, Mapping[str, Any]] | None = None,
+        idle_timeout: Duration | None = None,
+        when_all_idle: str = "wait",
         keys: Sequence[str] = (),
         allowed_lateness: Duration = 0,
         accumulation: str | Accumulation = Accumulation.ACCUMULATING,
@@ -223,19 +309,30 @@ class WindowedAggregateOperator(BaseOperator):
             watermark = {"stream": upstream.output_stream} if watermark is None else watermark
         elif upstream_panes is not None and watermark is None:
             watermark = {"stream": upstream_panes.pipeline}
-        if upstream_panes is None and event_time is None:
+        self.inputs: list[dict[str, Any]] = []
+        if inputs is not None:
+            if events is not None or event_time is not None or watermark is not None or upstream is not None:
+                raise ValueError("inputs= gives each input its events, event_time and watermark: not also events=, "
+                                 "event_time=, watermark= or upstream=")  # fmt: skip
+            self.inputs, input_watermarks = parse_inputs(inputs)
+            timeout = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")
+            watermark = MergedWatermark(tuple(input_watermarks), timeout or None, when_all_idle)
+            if timeout == 0:
+                raise ValueError(f"idle_timeout={idle_timeout!r} must be positive (zero would make every input idle)")
+        elif idle_timeout is not None:
+            raise ValueError(f"idle_timeout={idle_timeout!r} applies to merged inputs= only")
+        elif upstream_panes is None and event_time is None:
             raise ValueError("event_time=None: name the event-time column (or give upstream= to roll up panes)")
         if watermark is None:
             raise ValueError("watermark=None: give {'stream': name} or {'max_delay': duration}")
-        require_paths(events=events, output=output, store_path=store_path)
-        assert events is not None
+        require_paths(output=output, store_path=store_path, **({} if self.inputs else {"events": events}))
         if isinstance(keys, str):
             raise ValueError(f"keys={keys!r} must be a list of column names, not a string")
         if isinstance(accumulation, str) and accumulation.upper() not in Accumulation.__members__:
             raise ValueError(f"accumulation={accumulation!r} must be one of {[a.value for a in Accumulation]}")
         self.spec = AggregationSpec(
             window=window,
-            aggregates=parse_aggregates(aggregates),
+            aggregates=parse_aggregates(aggregates, [i["name"] for i in self.inputs]),
             keys=tuple(keys),
             watermark=parse_watermark(watermark),
             allowed_lateness_ms=duration_ms(allowed_lateness, "allowed_lateness"),
@@ -294,7 +391,7 @@ class WindowedAggregateOperator(BaseOperator):
             )
             return {**covered, "watermark": format_ms(committed.watermark_ms), "watermark_ms": committed.watermark_ms}
         version = (committed.version if committed else 0) + 1
-        source_watermark = self._source_watermark(store)
+        source_watermark = self._source_watermark(store, now_ms)
         arrival_from = committed.arrival_until_ms if committed else None
         arrival_until = now_ms
         rollup: dict[str, Any] = {}
@@ -307,6 +404,7 @@ class WindowedAggregateOperator(BaseOperator):
             "version": version,
             "spec": self.spec.to_json(),
             "events": self.events,
+            "inputs": self.inputs or None,
             "events_format": self.events_format,
             "event_time": self.event_time,
             "arrival_column": self.arrival_column,
@@ -395,7 +493,13 @@ class WindowedAggregateOperator(BaseOperator):
                 "computed_at_ms": document.arrival_until_ms,
                 "run_id": document.run_id,
                 "pipeline": self.pipeline,
-                "upstream": policy.stream if isinstance(policy, StoreWatermark) else None,
+                "upstream": (
+                    policy.stream
+                    if isinstance(policy, StoreWatermark)
+                    else ", ".join(w.stream for _, w in policy.inputs)
+                    if isinstance(policy, MergedWatermark)
+                    else None
+                ),
             }
         )
 
@@ -453,8 +557,18 @@ class WindowedAggregateOperator(BaseOperator):
         }
         return fields, watermark
 
-    def _source_watermark(self, store: WatermarkStoreHook) -> int | None:
+    def _source_watermark(self, store: WatermarkStoreHook, now_ms: int) -> int | None:
         policy = self.spec.watermark
+        if isinstance(policy, MergedWatermark):
+            records = {name: store.read_latest(w.stream, w.wm_key) for name, w in policy.inputs}
+            check = check_watermarks(
+                records,
+                now_ms,
+                idle_timeout_ms=policy.idle_timeout_ms,
+                when_all_idle=policy.when_all_idle,  # type: ignore[arg-type]
+            )
+            self.log.info("Merged inputs %s: %s", ", ".join(records), describe_check(check.payload()))
+            return check.watermark_ms
         if not isinstance(policy, StoreWatermark):
             return None
         latest = store.read_latest(policy.stream, policy.wm_key)

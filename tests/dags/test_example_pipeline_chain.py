@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,24 +15,15 @@ from airflow_provider_wm.core.windowing import Accumulation, StoreWatermark, Ups
 from airflow_provider_wm.core.windows import Tumbling
 from airflow_provider_wm.demo import data, order_events
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from airflow_provider_wm.state import cutoff_variable_key, windowed_variable_key
-from tests.airflow_helpers import run_dag, xcom
+from airflow_provider_wm.state import windowed_variable_key
+from tests.airflow_helpers import load_example_dag, xcom
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
 MINUTE = 60_000
 HOUR = 60 * MINUTE
 
 
-def load(name: str):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS / f"{name}.py"))
-    assert bag.import_errors == {}
-    return bag.get_dag(name)
-
-
 def test_the_chain_waits_on_each_stages_output_watermark(airflow_db):
-    dag = load("example_pipeline_chain")
+    dag = load_example_dag("example_pipeline_chain")
     assert dag.get_task("wait_for_orders").stream == "orders"
     assert dag.get_task("wait_for_orders_5m").stream == "orders_5m"
     five, hourly = dag.get_task("orders_5m"), dag.get_task("orders_1h")
@@ -56,35 +46,22 @@ def last_panes(rows: list[dict], names: tuple[str, ...]) -> dict[tuple[str, int]
 
 @pytest.mark.slow
 def test_two_hours_of_the_chain_give_hourly_numbers_equal_to_a_batch_over_accepted_events(
-    airflow_db, tmp_path, monkeypatch
+    downstream_of_the_controller,
 ):
-    monkeypatch.setenv("WM_EXAMPLE_BASE", str(tmp_path))
-    monkeypatch.setenv("WM_EXAMPLE_SENSOR_TIMEOUT", "20")
-    Variable.delete(cutoff_variable_key("example_controller"))  # the session's DB is shared
-    for pipeline in ("orders_5m", "orders_1h"):
-        Variable.delete(windowed_variable_key(pipeline))
-    data.write(tmp_path)
-    order_events.write(tmp_path)
-    controller, chain = load("example_stream_watermark"), load("example_pipeline_chain")
-    store = WatermarkStoreHook(str(tmp_path / "store"))
-
-    hours = (1, 2)  # the controller holds orders back at 03:00 (a writer shut down): the demo data's last clean hour
-    for hour in hours:
-        end = data.START + timedelta(hours=hour)
-        _, controller_states = run_dag(controller, end)
-        assert controller_states["controller_watermark"] == "success", hour
-        run, states = run_dag(chain, end)
+    demo = downstream_of_the_controller
+    base, store = demo.base, WatermarkStoreHook(str(demo.base / "store"))
+    for hour, (run, states) in zip(demo.hours, demo.runs["example_pipeline_chain"], strict=True):
         assert set(states.values()) == {"success"}, (hour, states)
-        end_ms = int(end.timestamp() * 1000)
+        end_ms = int((data.START + timedelta(hours=hour)).timestamp() * 1000)
         assert xcom(run, "wait_for_orders_5m")["lower_ms"] >= end_ms
-        assert store.read_latest("orders_1h")["lower_ms"] == end_ms
+    assert store.read_latest("orders_1h")["lower_ms"] == end_ms
     assert store.read_latest("orders_5m")["upstream"] == "orders"
     assert store.read_latest("orders_1h")["upstream"] == "orders_5m"
 
-    five = pq.read_table(tmp_path / "orders_5m").to_pylist()
-    rejected = {r["order_id"] for r in pq.read_table(tmp_path / "orders_5m_late").to_pylist()}
+    five = pq.read_table(base / "orders_5m").to_pylist()
+    rejected = {r["order_id"] for r in pq.read_table(base / "orders_5m_late").to_pylist()}
     assert rejected  # the demo data has too-late and invalid events
-    last_run = data.START + timedelta(hours=hours[-1])
+    last_run = data.START + timedelta(hours=demo.hours[-1])
     batch: dict[tuple[str, int], list] = defaultdict(lambda: [0, 0])
     for event in order_events.events():
         if event["ingested_at"] <= last_run and event["order_id"] not in rejected:
@@ -92,12 +69,11 @@ def test_two_hours_of_the_chain_give_hourly_numbers_equal_to_a_batch_over_accept
             slot = batch[(event["region"], t - t % HOUR)]
             slot[0] += 1
             slot[1] += event["amount"]
-    complete_until = int(last_run.timestamp() * 1000)
-    expected = {slot: (n, revenue) for slot, (n, revenue) in batch.items() if slot[1] + HOUR <= complete_until}
-    hourly = pq.read_table(tmp_path / "orders_1h").to_pylist()
+    expected = {slot: (n, revenue) for slot, (n, revenue) in batch.items() if slot[1] + HOUR <= end_ms}
+    hourly = pq.read_table(base / "orders_1h").to_pylist()
     assert last_panes(hourly, ("orders", "revenue")) == expected
     assert any(r["pane"] == "LATE" for r in hourly) and any(r["retraction"] for r in five)
-    assert not (tmp_path / "orders_1h_late").exists()
+    assert not (base / "orders_1h_late").exists()
     # the busiest 5-minute window of an hour is the largest of its live 5-minute panes
     five_last = last_panes(five, ("orders",))
     for (region, start), values in last_panes(hourly, ("busiest_5m",)).items():

@@ -89,7 +89,7 @@ def test_a_failed_spark_job_leaves_the_cutoff_unchanged_and_a_retry_continues(ai
     assert committed["processed_until_ms"] == int(HOUR_1_END.timestamp() * 1000)
     summary = xcom(run, "controller")
     assert summary["streams"]["orders"]["watermark"]["lower_ms"] == committed["processed_until_ms"]
-    assert summary["published"] == {"orders": True, "payments": True, "refunds": True}
+    assert summary["published"] == {"orders": True, "payments": True, "deliveries": True, "refunds": True}
     assert xcom(run, "controller", "cutoff") == committed
 
 

@@ -1,0 +1,56 @@
+"""Hours of the demo shared by the chain and merge example tests: per hour the controller DAG, then the DAGs
+that wait on its streams, on real Airflow and Spark (one run of each, so the tests only read results)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_wm.demo import data, order_events
+from tests.airflow_helpers import load_example_dag, run_dag
+
+CHAINED_HOURS = (1, 2)
+"""The controller holds ``orders`` back at 03:00 (a writer shut down): 01:00 and 02:00 are the clean hours."""
+
+
+@dataclass
+class DemoHours:
+    base: Path
+    hours: tuple[int, ...]
+    runs: dict[str, list[tuple[Any, dict[str, str]]]] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="session")
+def downstream_of_the_controller(airflow_db, tmp_path_factory) -> Iterator[DemoHours]:
+    from airflow.models.variable import Variable
+
+    from airflow_provider_wm.state import cutoff_variable_key, windowed_variable_key
+
+    base = tmp_path_factory.mktemp("demo-hours")
+    saved = {name: os.environ.get(name) for name in ("WM_EXAMPLE_BASE", "WM_EXAMPLE_SENSOR_TIMEOUT")}
+    os.environ.update(WM_EXAMPLE_BASE=str(base), WM_EXAMPLE_SENSOR_TIMEOUT="20")
+    try:
+        Variable.delete(cutoff_variable_key("example_controller"))  # the session's DB is shared
+        for pipeline in ("orders_5m", "orders_1h", "orders_deliveries_10m"):
+            Variable.delete(windowed_variable_key(pipeline))
+        data.write(base)
+        order_events.write(base)
+        dag_ids = ("example_stream_watermark", "example_pipeline_chain", "example_orders_deliveries")
+        dags = {dag_id: load_example_dag(dag_id) for dag_id in dag_ids}
+        result = DemoHours(base, CHAINED_HOURS, {dag_id: [] for dag_id in dag_ids})
+        for hour in CHAINED_HOURS:
+            for dag_id, dag in dags.items():
+                result.runs[dag_id].append(run_dag(dag, data.START + timedelta(hours=hour)))
+        yield result
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
