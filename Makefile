@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo airflow test lint bench bench-partitions bench-windows bench-page clean
+.PHONY: setup browser demo airflow test lint bench bench-partitions bench-windows bench-rollup bench-page clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,9 @@ bench-partitions: setup
 
 bench-windows: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/windowed_aggregate.py
+
+bench-rollup: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/rollup.py
 
 bench-page: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/watermarks_page.py

@@ -604,22 +604,32 @@ class Job:
         """A rollup's fresh windows and live panes, its row counts by reason and the last time of its panes;
         quarantines the invalid and too-late rows."""
         panes = self.read_panes()
-        classified = None if panes is None else self.classify_panes(panes)
+        classified = None
         counts: dict[str | None, int] = {}
         max_time = None
-        if classified is not None:
+        if panes is not None:
             reason = F.col("wm_reason")
-            totals = classified.agg(  # one row: small
-                F.count(F.lit(1)).alias("rows"),
-                *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
-                F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_WINDOW.value), F.col("wm_t"))),
-            ).collect()[0]
-            counts = {r.value: int(totals[r.value]) for r in LateReason if totals[r.value]}
-            counts[None] = int(totals["rows"]) - sum(counts.values())
-            max_time = totals[-1]
+            totals = Observation("pane_totals")
+            # read once (the later steps group, write and count from it); observed while it materialises
+            classified = (
+                self.classify_panes(panes)
+                .observe(
+                    totals,
+                    F.count(F.lit(1)).alias("rows"),
+                    *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
+                    F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_WINDOW.value), F.col("wm_t"))).alias(
+                        "max_t"
+                    ),
+                )
+                .localCheckpoint()
+            )
+            observed = totals.get
+            counts = {r.value: int(observed[r.value]) for r in LateReason if observed[r.value]}
+            counts[None] = int(observed["rows"]) - sum(counts.values())
+            max_time = observed["max_t"]
             if len(counts) > 1:
                 late = classified.where(reason.isNotNull()).select(
-                    *[F.col(c).alias(f"upstream_{c}") if c in ("run_id", RUN_PARTITION) else c for c in panes.columns],  # type: ignore[union-attr]
+                    *[F.col(c).alias(f"upstream_{c}") if c in ("run_id", RUN_PARTITION) else c for c in panes.columns],
                     reason.alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
                     F.lit(self.version).alias(RUN_PARTITION),

@@ -4,11 +4,14 @@ Sets up an embedded Airflow (SQLite) in ``$WM_DEMO_DIR`` (default ``./.demo``, w
 example data, and runs the example DAGs through ``dag.test()`` (Spark ``local[*]`` through
 ``SparkSubmitHook``; sensors defer and their triggers run inline):
 
-1. ``dags/example_stream_watermark.py``, ``dags/example_joined_streams.py`` and
-   ``dags/example_windowed_aggregate.py`` once per hour of example marks and order events; prints per
-   stream and run what the controller decided, what the sensor saw, and which streams the join excluded
+1. ``dags/example_stream_watermark.py``, ``dags/example_joined_streams.py``,
+   ``dags/example_windowed_aggregate.py``, ``dags/example_pipeline_chain.py`` and
+   ``dags/example_orders_deliveries.py`` once per hour of example marks, order and delivery events; prints
+   per stream and run what the controller decided, what the sensor saw, and which streams the join excluded
    as idle, then per run of the windowed aggregate its watermark, events and panes (EARLY, ON_TIME, LATE
-   and their retractions), and the windows that received late data;
+   and their retractions), and the windows that received late data; then the chain (5-minute aggregate ->
+   hourly rollup of its panes, each waiting on the previous output watermark) and the merge of orders and
+   deliveries per 10-minute window;
 2. ``dags/example_incremental_partitions.py`` once per simulated day, with late orders every day and one
    work unit's transformation failing once (its retry re-executes only that unit); prints each run's plan.
 """
@@ -70,8 +73,16 @@ def main() -> int:
         print(f"DAG import errors: {windows_bag.import_errors}")
         return 1
     windows_dag = windows_bag.get_dag("example_windowed_aggregate")
+    downstream = {}
+    for dag_id in ("example_pipeline_chain", "example_orders_deliveries"):
+        downstream_bag = DagBag(dag_folder=str(REPO_DAGS / f"{dag_id}.py"))
+        if downstream_bag.import_errors:
+            print(f"DAG import errors: {downstream_bag.import_errors}")
+            return 1
+        downstream[dag_id] = downstream_bag.get_dag(dag_id)
     outcomes = []
     window_outcomes: list[dict[str, Any]] = []
+    chain_outcomes: list[dict[str, Any]] = []
     for hour in range(data.HOURS):
         # With CronDataIntervalTimetable a run's logical date is the end of its data interval.
         logical_date = data.START + timedelta(hours=hour + 1)
@@ -92,9 +103,23 @@ def main() -> int:
                 "summary": report.xcom_value(windows_run, "orders_15m"),
             }
         )
+        chain_run = downstream["example_pipeline_chain"].test(logical_date=logical_date)
+        merge_run = downstream["example_orders_deliveries"].test(logical_date=logical_date)
+        chain_outcomes.append(
+            {
+                **report.run_outcome(chain_run),
+                "summaries": {t: report.xcom_value(chain_run, t) for t in ("orders_5m", "orders_1h")},
+                "merge": {
+                    **report.run_outcome(merge_run),
+                    "summary": report.xcom_value(merge_run, "orders_deliveries_10m"),
+                },
+            }
+        )
     print(report.render(DEMO_DIR / "data" / "store", outcomes))
     print(report.render_windows(DEMO_DIR / "data", "orders_15m", window_outcomes))
+    print(report.render_chain(DEMO_DIR / "data", chain_outcomes))
     outcomes += window_outcomes
+    outcomes += [*chain_outcomes, *(o["merge"] for o in chain_outcomes)]
     outcomes += _run_partitions_demo()
     failed = [o for o in outcomes if o["state"] != "success" or o.get("join", {}).get("state", "success") != "success"]
     return 1 if failed else 0

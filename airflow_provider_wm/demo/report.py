@@ -255,3 +255,62 @@ def render_windows(base: Path, pipeline: str, outcomes: list[dict[str, Any]]) ->
             f"{_hm(document['watermark_ms'])}, events read up to {_hm(document['arrival_until_ms'])}"
         )
     return "\n".join(lines)
+
+
+def _latest_panes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each window's last pane that is not a retraction, by window and region."""
+    last: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: (r["wm_run"], r["pane_index"], not r["retraction"])):
+        if not row["retraction"]:
+            last[(row["window_start"], row["region"])] = row
+    return [last[k] for k in sorted(last)]
+
+
+def render_chain(base: Path, outcomes: list[dict[str, Any]]) -> str:
+    """Per hour: the chain's two stages (what each read and fired) and the merge; then the hourly rollup's
+    latest numbers and the merge's latest panes.
+
+    ``outcomes``: :func:`run_outcome` of each chain run plus ``summaries`` (the two aggregates' XComs) and
+    ``merge`` (the merge run's outcome and ``summary``)."""
+    lines = [
+        "",
+        "=" * 100,
+        "Chain: orders -> 'orders_5m' (5-minute windows) -> 'orders_1h' (hourly rollup of the 5-minute panes),",
+        "each stage waiting on the previous one's output watermark; merge: orders and deliveries per 10 minutes",
+        "=" * 100,
+    ]
+    for outcome in outcomes:
+        end = _hm(_ms(outcome["interval_end"]))
+        lines.append(f"\nRun for the hour up to {end}  (chain {outcome['state']}, merge {outcome['merge']['state']})")
+        for task, summary in [*outcome["summaries"].items(), ("orders_deliveries_10m", outcome["merge"]["summary"])]:
+            if not summary or "events_read" not in summary:
+                state = (outcome["merge"] if task == "orders_deliveries_10m" else outcome)["tasks"].get(task)
+                lines.append(f"  {task}: {state} (its sensor's stream did not reach {end} within the timeout)")
+                continue
+            read = "pane rows" if "upstream_versions" in summary else "events"
+            source = ""
+            if read == "pane rows":
+                after, until = summary["upstream_versions"]
+                source = f" of upstream versions ({after or 0}, {until}]"
+            panes = ", ".join(f"{t} {summary['panes'].get(t, 0)}" for t in ("EARLY", "ON_TIME", "LATE", "RETRACTION"))
+            lines.append(
+                f"  {task}: version {summary['version']}, watermark {_hm(summary['watermark_ms'])}, "
+                f"{summary['events_read']} {read}{source}; panes: {panes}"
+            )
+    tables = (
+        ("orders_1h", "Hourly numbers (the latest pane of each window of 'orders_1h')", "busiest_5m"),
+        ("orders_deliveries_10m", "Orders and deliveries per 10 minutes (latest panes)", "deliveries"),
+    )
+    for pipeline, title, last_column in tables:
+        rows = _latest_panes(_read_rows(base / pipeline))
+        if not rows:
+            continue
+        lines.append(f"\n{title}:")
+        lines.append(f"  {'window':<19}{'region':<8}{'pane':<9}{'orders':>7}{'revenue':>9}{last_column:>12}")
+        for r in rows:
+            window = f"[{_hm(r['window_start'])}, {_hm(r['window_end'])})"
+            revenue = "-" if r["revenue"] is None else r["revenue"]
+            lines.append(
+                f"  {window:<19}{r['region']:<8}{r['pane']:<9}{r['orders']:>7}{revenue:>9}{r[last_column]:>12}"
+            )
+    return "\n".join(lines)

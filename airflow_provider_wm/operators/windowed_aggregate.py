@@ -473,6 +473,8 @@ class WindowedAggregateOperator(BaseOperator):
             "output": self.output_path,
             "late_output": manifest.get("late_output"),
         }
+        if rollup:
+            summary["upstream_versions"] = [rollup["arrival_from_ms"], rollup["arrival_until_ms"]]
         self._publish(context, store, document, summary, committed)
         return summary
 

@@ -399,41 +399,6 @@ def test_rollup_panes_equal_core_over_random_upstream_runs(spark, tmp_path, case
     assert state.windows == () and state.live == ()
 
 
-def test_a_rollup_of_a_retracting_upstream_equals_the_batch_over_its_events(spark, tmp_path):
-    """Chained through their panes, 10-unit windows rolled up into 30-unit ones give the one-shot batch sums."""
-    fine, coarse = Tumbling(10), Tumbling(30)
-    upstream_spec = AggregationSpec(
-        fine, (Aggregate("s", "sum", "v"),), ("k",), StoreWatermark("s"), allowed_lateness_ms=30,
-        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING, early_firing=True,
-    )  # fmt: skip
-    spec = AggregationSpec(
-        coarse, (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"), allowed_lateness_ms=30,
-        upstream=UpstreamPanes("up", fine, Accumulation.ACCUMULATING_AND_RETRACTING),
-    )  # fmt: skip
-    upstream = Pipeline(spark, tmp_path / "up", upstream_spec)
-    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
-    runs = [
-        ([("a", 1, 1), ("a", 12, 2), ("b", 25, 4)], 5),
-        ([("a", 14, 3), ("a", 31, 5), ("b", 29, 1)], 32),
-        ([("a", 8, 7), ("b", 44, 2)], 45),  # 8 is late for [0, 10) but within its lateness
-        ([("a", 2, 100)], 90),  # too late upstream: never aggregated
-    ]
-    for rows, source in runs:
-        upstream.run(rows, source=source)
-        rollup.roll(fine.output_watermark(source))
-    rollup.roll(None)
-    final: dict[tuple[str, int], int] = {}
-    for row in sorted(rollup.panes(), key=lambda r: (r[5], not r[6])):
-        if not row[6]:
-            final[(row[0][0], row[1])] = row[3][0]
-    batch: Counter[tuple[str, int]] = Counter()
-    for rows, _ in runs[:3]:
-        for k, t, v in rows:
-            batch[(k, t - t % 30)] += v
-    assert final == dict(batch)
-    assert upstream.late() == [("a", 2, "TOO_LATE", 4)]
-
-
 def test_upstream_panes_without_a_window_are_quarantined_and_counted(spark, tmp_path):
     fine = Tumbling(10)
     spec = AggregationSpec(
