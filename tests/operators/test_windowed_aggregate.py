@@ -276,3 +276,40 @@ def test_bad_rollups_fail_at_parse_time_naming_the_argument(kwargs, message):
     five = WindowedAggregateOperator(**REQUIRED)
     with pytest.raises(ValueError, match=message):
         rollup_of(five, **kwargs)
+
+
+MERGE = {
+    "task_id": "m",
+    "pipeline": "m",
+    "inputs": {
+        "orders": {"events": "/orders", "event_time": "t", "watermark": {"stream": "orders"}},
+        "deliveries": {"events": "/deliveries", "event_time": "t", "watermark": {"stream": "deliveries"}},
+    },
+    "window": tumbling("PT10M"),
+    "aggregates": {"n": "count(orders.*)", "d": "count(deliveries.*)"},
+    "output": "/out",
+    "store_path": "/store",
+}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"aggregates": {"n": "sum(amount)"}}, r"aggregates\['n'\]='sum\(amount\)' must say which input"),
+        ({"aggregates": {"n": "sum(refunds.amount)"}}, "refers to input 'refunds', which is not among inputs"),
+        ({"inputs": {"orders": MERGE["inputs"]["orders"]}}, "must map at least two input names"),
+        ({"inputs": {**MERGE["inputs"], "x": {"events": "/x"}}}, r"inputs\['x'\]=.* must give events, event_time"),
+        ({"inputs": {**MERGE["inputs"], "x": {**MERGE["inputs"]["orders"], "when": 1}}}, "unknown fields"),
+        ({"inputs": {**MERGE["inputs"], "a__b": MERGE["inputs"]["orders"]}}, "a name without '__'"),
+        ({"events": "/e"}, "inputs= gives each input its events"),
+        ({"idle_timeout": 0}, "idle_timeout=0 must be positive"),
+    ],
+)
+def test_bad_merges_fail_at_parse_time_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WindowedAggregateOperator(**{**MERGE, **kwargs})
+
+
+def test_an_idle_timeout_without_inputs_is_refused():
+    with pytest.raises(ValueError, match="applies to merged inputs= only"):
+        WindowedAggregateOperator(**{**REQUIRED, "idle_timeout": "PT5M"})
