@@ -366,9 +366,10 @@ class Job:
             .select(*keys, "window_start", "window_end", *LIVE_META, *[c for c in others if c not in LIVE_META])
         )
         target_start, target_end = self.target_bounds(F.col("window_start"), F.col("window_end"))
-        live_after = winners.withColumn("wm_target_end", target_end)
         if fresh_rows is None:
-            return None, live_after
+            return None, winners.withColumn("wm_target_end", target_end)
+        winners = winners.localCheckpoint()  # the fresh windows and the live snapshot both read it: panes, small
+        live_after = winners.withColumn("wm_target_end", target_end)
         arrived = fresh_rows.select(
             *keys,
             target_start.alias("wm_ts"),
@@ -629,7 +630,13 @@ class Job:
             max_time = observed["max_t"]
             if len(counts) > 1:
                 late = classified.where(reason.isNotNull()).select(
-                    *[F.col(c).alias(f"upstream_{c}") if c in ("run_id", RUN_PARTITION) else c for c in panes.columns],
+                    *[
+                        F.col(c).alias(f"upstream_{c}") if c == "run_id" else c
+                        for c in panes.columns
+                        if c != RUN_PARTITION
+                    ],
+                    # a long, also when the session infers partition columns as strings
+                    F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
                     reason.alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
                     F.lit(self.version).alias(RUN_PARTITION),

@@ -24,6 +24,8 @@ class DemoHours:
     base: Path
     hours: tuple[int, ...]
     runs: dict[str, list[tuple[Any, dict[str, str]]]] = field(default_factory=dict)
+    variables: dict[str, Any] = field(default_factory=dict)
+    """The Variables the runs committed (deleted afterwards, so that later tests start from no state)."""
 
 
 @pytest.fixture(scope="session")
@@ -36,9 +38,11 @@ def downstream_of_the_controller(airflow_db, tmp_path_factory) -> Iterator[DemoH
     saved = {name: os.environ.get(name) for name in ("WM_EXAMPLE_BASE", "WM_EXAMPLE_SENSOR_TIMEOUT")}
     os.environ.update(WM_EXAMPLE_BASE=str(base), WM_EXAMPLE_SENSOR_TIMEOUT="20")
     try:
-        Variable.delete(cutoff_variable_key("example_controller"))  # the session's DB is shared
-        for pipeline in ("orders_5m", "orders_1h", "orders_deliveries_10m"):
-            Variable.delete(windowed_variable_key(pipeline))
+        keys = [cutoff_variable_key("example_controller")] + [
+            windowed_variable_key(p) for p in ("orders_5m", "orders_1h", "orders_deliveries_10m")
+        ]
+        for key in keys:  # the session's DB is shared: start from no state
+            Variable.delete(key)
         data.write(base)
         order_events.write(base)
         dag_ids = ("example_stream_watermark", "example_pipeline_chain", "example_orders_deliveries")
@@ -47,6 +51,9 @@ def downstream_of_the_controller(airflow_db, tmp_path_factory) -> Iterator[DemoH
         for hour in CHAINED_HOURS:
             for dag_id, dag in dags.items():
                 result.runs[dag_id].append(run_dag(dag, data.START + timedelta(hours=hour)))
+        for key in keys:
+            result.variables[key] = Variable.get(key, default_var=None, deserialize_json=True)
+            Variable.delete(key)
         yield result
     finally:
         for name, value in saved.items():

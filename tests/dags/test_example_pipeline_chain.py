@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow.parquet as pq
 import pytest
-from airflow.models.variable import Variable
 
 from airflow_provider_wm.core.windowing import Accumulation, StoreWatermark, UpstreamPanes
 from airflow_provider_wm.core.windows import Tumbling
@@ -79,6 +78,6 @@ def test_two_hours_of_the_chain_give_hourly_numbers_equal_to_a_batch_over_accept
     for (region, start), values in last_panes(hourly, ("busiest_5m",)).items():
         inside = [v[0] for (r, s), v in five_last.items() if r == region and start <= s < start + HOUR]
         assert values == (max(inside),)
-    committed = Variable.get(windowed_variable_key("orders_1h"), deserialize_json=True)
+    committed = demo.variables[windowed_variable_key("orders_1h")]
     assert committed["upstream_version"] == 2 and committed["live_path"].endswith("/pipelines/orders_1h/live/v2")
     assert datetime.fromtimestamp(committed["watermark_ms"] / 1000, UTC) == last_run

@@ -32,6 +32,7 @@ def test_two_consecutive_runs_continue_from_the_first_runs_cutoff(airflow_db, tm
     data.write(tmp_path)
     dag = load_example_dag()  # parsed now, so it sees WM_EXAMPLE_BASE
     key = "wm_controller__example_controller"
+    Variable.delete(key)  # the session's DB is shared: start from no state
     hour = lambda h: data.START + timedelta(hours=h)  # noqa: E731
 
     _run1, states1 = run_dag(dag, hour(1))
