@@ -51,6 +51,7 @@ from airflow_provider_wm.core.controller import (
     Quarantine,
     Rejection,
     StreamStatus,
+    watermark_label,
 )
 from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from airflow_provider_wm.core.segments import Segment, complete_cut
@@ -78,9 +79,12 @@ MARKS_SCHEMA = StructType(
         StructField("seq", LongType()),
         StructField("chunk", LongType()),
         StructField("last_chunk", BooleanType()),
+        # optional (keyed watermarks): absent or null is the stream's unkeyed watermark
+        StructField("wm_key", StringType()),
     ]
 )
 PROGRESS_COLUMNS = ("origin_id", "seq", "chunk", "last_chunk")
+OPTIONAL_COLUMNS = (*PROGRESS_COLUMNS, "wm_key")
 SEGMENTS_SCHEMA = StructType(
     [
         StructField("stream", StringType()),
@@ -92,6 +96,7 @@ SEGMENTS_SCHEMA = StructType(
 WRITERS_STATE_SCHEMA = StructType(
     [
         StructField("stream", StringType()),
+        StructField("wm_key", StringType()),
         StructField("writer_id", StringType()),
         StructField("time_ms", LongType()),
         StructField("position", POSITION),
@@ -102,6 +107,7 @@ WRITERS_STATE_SCHEMA = StructType(
 STREAMS_STATE_SCHEMA = StructType(
     [
         StructField("stream", StringType()),
+        StructField("wm_key", StringType()),
         StructField("first_mark_at_ms", LongType()),
         StructField("wm_lower_ms", LongType()),
         StructField("wm_upper_ms", LongType()),
@@ -113,6 +119,7 @@ STREAMS_STATE_SCHEMA = StructType(
 ORIGINS_STATE_SCHEMA = StructType(
     [
         StructField("stream", StringType()),
+        StructField("wm_key", StringType()),
         StructField("writer_id", StringType()),
         StructField("origin_id", StringType()),
         StructField("committed_seq", LongType()),
@@ -121,6 +128,7 @@ ORIGINS_STATE_SCHEMA = StructType(
 PENDING_STATE_SCHEMA = StructType(
     [
         StructField("stream", StringType()),
+        StructField("wm_key", StringType()),
         StructField("writer_id", StringType()),
         StructField("origin_id", StringType()),
         StructField("seq", LongType()),
@@ -135,10 +143,15 @@ PENDING_STATE_SCHEMA = StructType(
 
 VALUE, SHUTDOWN, DEFERRED = "VALUE", "SHUTDOWN", "DEFERRED"
 VALUE_KINDS = (MarkKind.NOTE.value, MarkKind.COMMIT.value)
-KEYS = ["stream", "writer_id"]
+#: Inside the job ``wm_key`` is never null: ``""`` is the stream's unkeyed watermark, so that joins on it
+#: match (null never equals null). A watermark is identified by ``STREAM_KEYS``, a writer of it by ``KEYS``.
+STREAM_KEYS = ["stream", "wm_key"]
+KEYS = [*STREAM_KEYS, "writer_id"]
 #: Java regex of a whole valid stream name (``\z``: no trailing newline, as Python's fullmatch).
 STREAM_NAME_REGEX = f"^(?:{STREAM_NAME_PATTERN})\\z"
 WAITING_SAMPLE = 20
+#: Reasons counted in the round's totals only: the row names no valid watermark (``core`` does the same).
+UNREPORTED = (Quarantine.INVALID_STREAM.value, Quarantine.INVALID_WM_KEY.value)
 
 
 @dataclass(frozen=True)
@@ -166,14 +179,24 @@ def read_marks(spark: SparkSession, path: str) -> DataFrame:
     """The marks with ``MARKS_SCHEMA``'s columns; the optional progress columns are null when absent."""
     if path_exists(spark, path):
         present = spark.read.parquet(path).columns
-        missing = [c for c in PROGRESS_COLUMNS if c not in present]
+        missing = [c for c in OPTIONAL_COLUMNS if c not in present]
         if missing:
             required = StructType([f for f in MARKS_SCHEMA.fields if f.name not in missing])
             marks = read_parquet_or_empty(spark, path, required)
             for name in missing:
                 marks = marks.withColumn(name, F.lit(None).cast(MARKS_SCHEMA[name].dataType))
-            return marks.select(*MARKS_SCHEMA.fieldNames())
-    return read_parquet_or_empty(spark, path, MARKS_SCHEMA)
+            return with_key(marks.select(*MARKS_SCHEMA.fieldNames()))
+    return with_key(read_parquet_or_empty(spark, path, MARKS_SCHEMA))
+
+
+def with_key(frame: DataFrame) -> DataFrame:
+    """``wm_key`` as the job uses it: ``""`` for none (marks and older states have nulls)."""
+    return frame.withColumn("wm_key", F.coalesce("wm_key", F.lit("")))
+
+
+def nullable_key() -> Column:
+    """``wm_key`` as the job writes it for people to read (quarantine rows): null for none."""
+    return F.when(F.col("wm_key") != "", F.col("wm_key")).alias("wm_key")
 
 
 def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, dict[int, Segment]], int]:
@@ -221,10 +244,13 @@ def _row_local_reason(*, cheap_only: bool = False) -> Column:
     value = F.col("kind").isin(*VALUE_KINDS)
     offsets = F.map_values("position")
     bad_stream = F.col("stream").isNull()
+    bad_key = F.lit(False)
     if not cheap_only:
         bad_stream = bad_stream | ~F.col("stream").rlike(STREAM_NAME_REGEX)
+        bad_key = invalid_key()
     reason = (
         F.when(bad_stream, Quarantine.INVALID_STREAM.value)
+        .when(bad_key, Quarantine.INVALID_WM_KEY.value)
         .when(F.col("writer_id").isNull() | (F.col("writer_id") == ""), Quarantine.INVALID_WRITER.value)
         .when(
             F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]),
@@ -244,6 +270,11 @@ def _row_local_reason(*, cheap_only: bool = False) -> Column:
         & ((F.size(F.array_compact(offsets)) < F.size(offsets)) | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)),
         Quarantine.NEGATIVE_OFFSET.value,
     )
+
+
+def invalid_key() -> Column:
+    """A ``wm_key`` that is set but not a valid name (``core.controller.Quarantine.INVALID_WM_KEY``)."""
+    return (F.col("wm_key") != "") & ~F.col("wm_key").rlike(STREAM_NAME_REGEX)
 
 
 def count_late_marks(marks: DataFrame, args: RoundArgs) -> tuple[int, int]:
@@ -280,20 +311,19 @@ def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> 
 
 
 def aggregate_marks(rows: DataFrame) -> DataFrame:
-    """Per ``(stream, writer_id, tag, segment_id)``: mark count and min/max of time, offset, report time.
+    """Per ``(stream, wm_key, writer_id, tag, segment_id)``: mark count and min/max of time, offset, report time.
 
     Only VALUE rows are exploded; ``segment_id`` is null for other tags and for empty positions.
     """
     exploded = rows.select(
-        "stream",
-        "writer_id",
+        *KEYS,
         "tag",
         "time_ms",
         "reported_at_ms",
         F.posexplode_outer(F.when(F.col("tag") == VALUE, F.col("position"))).alias("pos", "segment_id", "offset"),
     )
     first_row_of_mark = F.col("pos").isNull() | (F.col("pos") == 0)
-    return exploded.groupBy("stream", "writer_id", "tag", "segment_id").agg(
+    return exploded.groupBy(*KEYS, "tag", "segment_id").agg(
         F.count(F.when(first_row_of_mark, 1)).alias("marks"),
         F.min("time_ms").alias("min_time_ms"),
         F.max("time_ms").alias("max_time_ms"),
@@ -385,7 +415,7 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
 
 # ---------------------------------------------------------------------------------- gap-free progress
 
-ORIGIN_KEYS = ["stream", "writer_id", "origin_id"]
+ORIGIN_KEYS = [*KEYS, "origin_id"]
 
 
 def is_sequenced() -> Column:
@@ -402,7 +432,7 @@ def is_sequenced() -> Column:
 class _Progress:
     released: DataFrame  # one mark (MARKS_SCHEMA, progress columns null) per released sequence
     bad: DataFrame  # quarantined sequenced marks: MARKS_SCHEMA + reason
-    seen: DataFrame  # (stream, writer_id) of writers with a sane sequenced mark in the round
+    seen: DataFrame  # KEYS of writers with a sane sequenced mark in the round
     origins: DataFrame  # next ORIGINS_STATE_SCHEMA
     pending: DataFrame  # next PENDING_STATE_SCHEMA
 
@@ -558,7 +588,7 @@ def _advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     fast_marked = fast.join(ends, ORIGIN_KEYS, "left")
     others_marked = others.join(ends, ORIGIN_KEYS, "left")
     released_fast = fast_marked.where(is_released).select(
-        "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls
+        "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls, "wm_key"
     )
     released_rows = others_marked.where(is_released)
     per_segment = (
@@ -584,6 +614,7 @@ def _advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
             F.when(F.col("has_commit") == 1, MarkKind.COMMIT.value).otherwise(MarkKind.NOTE.value).alias("kind"),
             "reported_at_ms",
             *progress_nulls,
+            "wm_key",
         )
         .unionByName(released_fast)
     )
@@ -605,8 +636,9 @@ def _advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
         .unionByName(others_marked.where(~is_released).select(*pending_columns))
     )
     as_mark: list[Column | str] = [
-        *[c for c in marks_columns if c != "origin_id"],
+        *[c for c in marks_columns if c not in ("origin_id", "wm_key")],
         F.when(F.col("origin_id") != "", F.col("origin_id")).alias("origin_id"),
+        nullable_key(),
         "reason",
     ]
     bad = (
@@ -614,44 +646,48 @@ def _advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
         .unionByName(new.where(F.col("reason").isNotNull()).select(*as_mark))
         .unionByName(decided.where(F.col("reason").isNotNull()).select(*as_mark))
     )
-    return _Progress(released, bad, touched.select("stream", "writer_id"), origins, pending)
+    return _Progress(released, bad, touched.select(*KEYS), origins, pending)
 
 
 # ------------------------------------------------------------------------------------------ stream cut
 
 
 def upper_bound(entries: DataFrame, segments: DataFrame) -> DataFrame:
-    """``(stream, segment_id, offset)`` -> highest offset per segment, minus segments with a successor."""
-    highest = entries.groupBy("stream", "segment_id").agg(F.max("offset").alias("offset"))
+    """``(stream, wm_key, segment_id, offset)`` -> highest offset per segment, minus segments with a successor."""
+    highest = entries.groupBy(*STREAM_KEYS, "segment_id").agg(F.max("offset").alias("offset"))
     ranged = highest.join(F.broadcast(segments), ["stream", "segment_id"])
     a, b = ranged.alias("a"), ranged.alias("b")
     superseded = a.join(
         F.broadcast(b),
         (F.col("a.stream") == F.col("b.stream"))
+        & (F.col("a.wm_key") == F.col("b.wm_key"))
         & (F.col("b.segment_id") > F.col("a.segment_id"))
         & (F.col("b.key_start") < F.col("a.key_end"))
         & (F.col("b.key_end") > F.col("a.key_start")),
         "left_semi",
     )
-    return ranged.join(F.broadcast(superseded.select("stream", "segment_id")), ["stream", "segment_id"], "left_anti")
+    bound_keys = [*STREAM_KEYS, "segment_id"]
+    return ranged.join(F.broadcast(superseded.select(*bound_keys)), bound_keys, "left_anti")
 
 
 def complete_cuts(bound: DataFrame, emitted: DataFrame, segments: dict[str, dict[int, Segment]]) -> DataFrame:
-    """``(stream, cut, cut_complete)``: each emitting stream's upper bound with its uncovered key ranges
+    """``(stream, wm_key, cut, cut_complete)``: each emitting watermark's upper bound with its uncovered key ranges
     filled by the newest epoch's segments at offset 0.
 
     The bound has at most one row per segment of an emitting stream, so it is collected (small: streams x
     segments) and completed on the driver by the reference rule itself, ``core.segments.complete_cut``: a
     fixpoint over a handful of rows per stream, where each distributed iteration would cost several jobs.
     """
-    bounds = bound.groupBy("stream").agg(
+    bounds = bound.groupBy(*STREAM_KEYS).agg(
         F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut")
     )
     completed = []
-    for row in emitted.join(F.broadcast(bounds), "stream", "left").collect():  # one small cut per emitting stream
+    for row in emitted.join(F.broadcast(bounds), STREAM_KEYS, "left").collect():  # one small cut per emitting stream
         cut, complete = complete_cut(dict(row["cut"] or {}), segments.get(row["stream"], {}))
-        completed.append((row["stream"], cut, complete))
-    return bound.sparkSession.createDataFrame(completed, "stream string, cut map<bigint,bigint>, cut_complete boolean")
+        completed.append((row["stream"], row["wm_key"], cut, complete))
+    return bound.sparkSession.createDataFrame(
+        completed, "stream string, wm_key string, cut map<bigint,bigint>, cut_complete boolean"
+    )
 
 
 # ------------------------------------------------------------------------------------------ the round
@@ -663,7 +699,7 @@ class _Accepted:
 
     groups: DataFrame  # accepted marks' aggregates per (stream, writer, tag, segment)
     seen: DataFrame  # (stream, writer_id) of every writer with a sane mark
-    reason_counts: list[Any]  # rows (stream, reason, count) of quarantined and rejected marks
+    reason_counts: list[Any]  # rows (stream, wm_key, reason, count) of quarantined and rejected marks
 
 
 def accept_marks(
@@ -680,41 +716,48 @@ def accept_marks(
     The quarantine also receives the sequenced marks that gap-free progress found bad (one write)."""
     suspect_keys = find_suspects(groups, writers0, segments).collect()  # at most one row per writer
     # a name is checked once instead of once per mark
-    bad_names = groups.select("stream").distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX))
-    invalid_streams = [r["stream"] for r in bad_names.collect()]  # distinct names failing the pattern: few
+    bad_names = (
+        groups.select(*STREAM_KEYS)
+        .distinct()
+        .where(~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key())
+        .localCheckpoint()
+    )
+    has_bad_names = not bad_names.isEmpty()  # distinct names failing the pattern: few
     row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
     accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
     progress_bad = progress.bad.localCheckpoint()
-    progress_counts = progress_bad.groupBy("stream", "reason").count().collect()  # one row per stream and reason
-    if not (suspect_keys or row_local_bad or invalid_streams):
+    # one row per watermark and reason
+    progress_counts = progress_bad.groupBy(*STREAM_KEYS, "reason").count().collect()
+    if not (suspect_keys or row_local_bad or has_bad_names):
         if progress_counts:
             progress_bad.select(
                 *MARKS_SCHEMA.fieldNames(), "reason", F.lit("quarantined").alias("category")
             ).write.mode("overwrite").parquet(quarantine_path)
         return _Accepted(accepted, accepted.select(*KEYS).union(progress.seen), progress_counts)
 
-    suspects = spark.createDataFrame(suspect_keys, "stream string, writer_id string")
-    flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left")
-    suspect_mark = (F.col("suspect").isNotNull() | F.col("stream").isin(*invalid_streams)) & F.col("tag").isin(
-        VALUE, SHUTDOWN
+    suspects = spark.createDataFrame(suspect_keys, "stream string, wm_key string, writer_id string")
+    flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left").join(
+        F.broadcast(bad_names.withColumn("bad_name", F.lit(True))), STREAM_KEYS, "left"
     )
-    candidates = flagged.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark).drop("suspect")
+    suspect_mark = (F.col("suspect").isNotNull() | F.col("bad_name").isNotNull()) & F.col("tag").isin(VALUE, SHUTDOWN)
+    candidates = flagged.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark).drop("suspect", "bad_name")
     decided = decide_exactly(candidates, writers0, segments).localCheckpoint()
     bad = decided.where(F.col("reason").isNotNull())
     rejected = [r.value for r in Rejection]
     category = F.when(F.col("reason").isin(*rejected), "rejected").otherwise("quarantined")
-    bad.select(*MARKS_SCHEMA.fieldNames(), "reason", category.alias("category")).unionByName(
+    marks_columns = [nullable_key() if c == "wm_key" else c for c in MARKS_SCHEMA.fieldNames()]
+    bad.select(*marks_columns, "reason", category.alias("category")).unionByName(
         progress_bad.select(*MARKS_SCHEMA.fieldNames(), "reason", F.lit("quarantined").alias("category"))
     ).write.mode("overwrite").parquet(quarantine_path)
     accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
     groups_final = (
-        accepted.where(~F.col("stream").isin(*invalid_streams))
+        accepted.join(F.broadcast(bad_names), STREAM_KEYS, "left_anti")
         .join(F.broadcast(suspects), KEYS, "left_anti")
         .unionByName(aggregate_marks(accepted_exact))
     )
     sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
     seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS)).union(progress.seen)
-    reason_counts = bad.groupBy("stream", "reason").count().collect()  # one row per stream and reason
+    reason_counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # one row per watermark and reason
     return _Accepted(groups_final, seen, [*reason_counts, *progress_counts])
 
 
@@ -773,7 +816,7 @@ def active_writers(writers: DataFrame, streams0: DataFrame, now_ms: int, writer_
     participating = F.col("wm_lower_ms").isNull() | (F.col("time_ms") > F.col("wm_lower_ms"))
     since = F.coalesce("lagging_since_ms", now)
     return (
-        writers.join(F.broadcast(streams0.select("stream", "wm_lower_ms")), "stream", "left")
+        writers.join(F.broadcast(streams0.select(*STREAM_KEYS, "wm_lower_ms")), STREAM_KEYS, "left")
         .select(
             *KEYS,
             "time_ms",
@@ -796,15 +839,21 @@ def stream_decisions(
     now_ms: int,
     initial_delay_ms: int,
 ) -> DataFrame:
-    """Per stream: its figures and its status (EMITTED or why not), with the previous watermark."""
+    """Per watermark (stream and key): its figures and its status (EMITTED or why not), with the previous
+    watermark."""
     now = F.lit(now_ms)
     valid_streams_in_reasons = spark.createDataFrame(
-        [(r["stream"],) for r in accepted.reason_counts if r["reason"] != Quarantine.INVALID_STREAM.value],
-        "stream string",
+        [(r["stream"], r["wm_key"] or "") for r in accepted.reason_counts if r["reason"] not in UNREPORTED],
+        "stream string, wm_key string",
     )
-    streams = streams0.select("stream").union(accepted.seen.select("stream")).union(valid_streams_in_reasons).distinct()
-    first_marks = per_writer.groupBy("stream").agg(F.min("first_reported_at_ms").alias("first_in_round"))
-    by_stream = active.groupBy("stream").agg(
+    streams = (
+        streams0.select(*STREAM_KEYS)
+        .union(accepted.seen.select(*STREAM_KEYS))
+        .union(valid_streams_in_reasons)
+        .distinct()
+    )
+    first_marks = per_writer.groupBy(*STREAM_KEYS).agg(F.min("first_reported_at_ms").alias("first_in_round"))
+    by_stream = active.groupBy(*STREAM_KEYS).agg(
         F.count("*").alias("active_writers"),
         F.min("time_ms").alias("lower_ms"),
         F.max("time_ms").alias("upper_ms"),
@@ -812,9 +861,13 @@ def stream_decisions(
     )
     counts = (
         accepted.seen.distinct()
-        .groupBy("stream")
+        .groupBy(*STREAM_KEYS)
         .agg(F.count("*").alias("writers_seen"))
-        .join(per_writer.groupBy("stream").agg(F.sum("accepted_marks").alias("marks_accepted")), "stream", "full")
+        .join(
+            per_writer.groupBy(*STREAM_KEYS).agg(F.sum("accepted_marks").alias("marks_accepted")),
+            STREAM_KEYS,
+            "full",
+        )
     )
     first_mark = F.least("first_mark_at_ms", "first_in_round")
     status = (
@@ -828,10 +881,10 @@ def stream_decisions(
         .otherwise(StreamStatus.EMITTED.value)
     )
     return (
-        streams.join(F.broadcast(streams0), "stream", "left")
-        .join(F.broadcast(first_marks), "stream", "left")
-        .join(F.broadcast(by_stream), "stream", "left")
-        .join(F.broadcast(counts), "stream", "left")
+        streams.join(F.broadcast(streams0), STREAM_KEYS, "left")
+        .join(F.broadcast(first_marks), STREAM_KEYS, "left")
+        .join(F.broadcast(by_stream), STREAM_KEYS, "left")
+        .join(F.broadcast(counts), STREAM_KEYS, "left")
         .select("*", first_mark.alias("first_mark"), status.alias("status"))
     )
 
@@ -841,11 +894,11 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     started = time.time()
     _size_shuffles(spark)
     segments, segments_by_stream, invalid_segments = read_segments(spark, args.segments_path)
-    writers0 = read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA)
-    streams0 = read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA)
-
-    origins0 = read_parquet_or_empty(spark, _join(args.state_in, "origins"), ORIGINS_STATE_SCHEMA)
-    pending0 = read_parquet_or_empty(spark, _join(args.state_in, "pending"), PENDING_STATE_SCHEMA)
+    # states written before keyed watermarks have no wm_key column: read as the unkeyed watermark
+    writers0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA))
+    streams0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA))
+    origins0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "origins"), ORIGINS_STATE_SCHEMA))
+    pending0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "pending"), PENDING_STATE_SCHEMA))
 
     marks = read_marks(spark, args.marks_path)
     late, processed_marks = count_late_marks(marks, args)
@@ -857,7 +910,7 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         progress = _Progress(
             released=empty_frame(spark, MARKS_SCHEMA),
             bad=empty_frame(spark, StructType([*MARKS_SCHEMA.fields, StructField("reason", StringType())])),
-            seen=empty_frame(spark, StructType(MARKS_SCHEMA.fields[:2])),
+            seen=empty_frame(spark, StructType([MARKS_SCHEMA[c] for c in KEYS])),
             origins=origins0,
             pending=pending0,
         )
@@ -873,20 +926,20 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         spark, streams0, active, per_writer, accepted, args.now_ms, args.initial_delay_ms
     ).localCheckpoint()
 
-    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select("stream")
+    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select(*STREAM_KEYS)
     entries = (
-        active.join(F.broadcast(emitted), "stream", "left_semi")
-        .select("stream", F.explode("position").alias("segment_id", "offset"))
+        active.join(F.broadcast(emitted), STREAM_KEYS, "left_semi")
+        .select(*STREAM_KEYS, F.explode("position").alias("segment_id", "offset"))
         .unionByName(
-            streams0.join(F.broadcast(emitted), "stream", "left_semi").select(
-                "stream", F.explode("wm_cut").alias("segment_id", "offset")
+            streams0.join(F.broadcast(emitted), STREAM_KEYS, "left_semi").select(
+                *STREAM_KEYS, F.explode("wm_cut").alias("segment_id", "offset")
             )
         )
     )
     cuts = complete_cuts(upper_bound(entries, segments), emitted, segments_by_stream)
     is_emitted = F.col("status") == StreamStatus.EMITTED.value
-    result = decisions.join(F.broadcast(cuts), "stream", "left").select(
-        "stream",
+    result = decisions.join(F.broadcast(cuts), STREAM_KEYS, "left").select(
+        *STREAM_KEYS,
         "status",
         "first_mark",
         F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
@@ -904,14 +957,14 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
     progress.origins.write.mode("overwrite").parquet(f"{args.state_out}/origins")
     progress.pending.write.mode("overwrite").parquet(f"{args.state_out}/pending")
     pending_sequences = {
-        r["stream"]: int(r["sequences"])
+        _label(r): int(r["sequences"])
         for r in spark.read.parquet(f"{args.state_out}/pending")
-        .groupBy("stream")
-        .agg(F.countDistinct(*ORIGIN_KEYS[1:], "seq").alias("sequences"))
-        .collect()  # one row per stream with waiting sequences
+        .groupBy(*STREAM_KEYS)
+        .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
+        .collect()  # one row per watermark with waiting sequences
     }
     result.select(
-        "stream",
+        *STREAM_KEYS,
         F.col("first_mark").alias("first_mark_at_ms"),
         "wm_lower_ms",
         "wm_upper_ms",
@@ -919,10 +972,10 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         "wm_computed_at_ms",
     ).write.mode("overwrite").parquet(f"{args.state_out}/streams")
     deferred_marks = int(deferred[0] or 0) if deferred else 0
-    per_stream = result.collect()  # one row per stream, for the manifest
+    per_stream = result.collect()  # one row per watermark, for the manifest
     manifest = _manifest(args, per_stream, accepted.reason_counts, deferred_marks, invalid_segments, started)
-    for stream, entry in manifest["streams"].items():
-        entry["pending_sequences"] = pending_sequences.get(stream, 0)
+    for label, entry in manifest["streams"].items():
+        entry["pending_sequences"] = pending_sequences.get(label, 0)
     manifest["processed_marks"] = processed_marks
     manifest["totals"]["late_marks"] = late
     return manifest
@@ -950,14 +1003,16 @@ def _manifest(
     totals: dict[str, int] = {}
     for row in reason_counts:
         totals[row["reason"]] = totals.get(row["reason"], 0) + int(row["count"])
-        if row["reason"] != Quarantine.INVALID_STREAM.value:
-            per_stream.setdefault(row["stream"], {})[row["reason"]] = int(row["count"])
+        if row["reason"] not in UNREPORTED:
+            per_stream.setdefault(_label(row), {})[row["reason"]] = int(row["count"])
     rejected_reasons = {r.value for r in Rejection}
     streams: dict[str, Any] = {}
-    for row in sorted(rows, key=lambda r: r["stream"]):
-        reasons = per_stream.get(row["stream"], {})
+    for row in sorted(rows, key=_label):
+        reasons = per_stream.get(_label(row), {})
         emitted = row["status"] == StreamStatus.EMITTED.value
-        streams[row["stream"]] = {
+        streams[_label(row)] = {
+            "stream": row["stream"],
+            "wm_key": row["wm_key"] or None,
             "status": row["status"],
             "writers_seen": int(row["writers_seen"]),
             "active_writers": int(row["active_writers"]),
@@ -991,11 +1046,17 @@ def _manifest(
     }
 
 
+def _label(row: Any) -> str:
+    """The manifest's name of a row's watermark: ``core.controller.watermark_label``."""
+    return watermark_label(row["stream"], row["wm_key"] or None)
+
+
 def _watermark(row: Any) -> dict[str, Any] | None:
     if row["wm_lower_ms"] is None:
         return None
     return {
         "stream": row["stream"],
+        "wm_key": row["wm_key"] or None,
         "lower_ms": int(row["wm_lower_ms"]),
         "upper_ms": int(row["wm_upper_ms"]),
         "stream_cut": {str(k): int(v) for k, v in sorted((row["wm_cut"] or {}).items())},

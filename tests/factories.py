@@ -13,6 +13,7 @@ from airflow_provider_wm.core.controller import (
     Watermark,
     WriterMark,
     WriterState,
+    watermark_label,
 )
 from airflow_provider_wm.core.progress import Chunk, OriginState
 from airflow_provider_wm.core.segments import Segment
@@ -40,8 +41,9 @@ def mark(
     stream: str | None = "s",
     kind: str | None = "note",
     reported_at_ms: int | None = 1_000,
+    wm_key: str | None = None,
 ) -> WriterMark:
-    return WriterMark(stream, writer, time_ms, position, kind, reported_at_ms)
+    return WriterMark(stream, writer, time_ms, position, kind, reported_at_ms, wm_key=wm_key)
 
 
 def write_marks(spark: Any, marks: Iterable[WriterMark], path: Path) -> str:
@@ -57,6 +59,7 @@ def write_marks(spark: Any, marks: Iterable[WriterMark], path: Path) -> str:
             m.seq,
             m.chunk,
             m.last_chunk,
+            m.wm_key,
         )
         for m in marks
     ]
@@ -73,7 +76,7 @@ def write_segments(spark: Any, segments: Mapping[str, Iterable[Segment]], path: 
 def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_marks: int = 0) -> ControllerState:
     writers: dict[str, dict[str, WriterState]] = {}
     for r in spark.read.schema(WRITERS_STATE_SCHEMA).parquet(f"{path}/writers").collect():
-        writers.setdefault(r["stream"], {})[r["writer_id"]] = WriterState(
+        writers.setdefault(_label(r), {})[r["writer_id"]] = WriterState(
             time_ms=r["time_ms"],
             position=dict(r["position"] or {}),
             alive=r["alive"],
@@ -89,11 +92,12 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
                 r["wm_upper_ms"],
                 dict(r["wm_cut"] or {}),
                 r["wm_computed_at_ms"],
+                r["wm_key"] or None,
             )
-        streams[r["stream"]] = StreamState(r["first_mark_at_ms"], wm, writers.get(r["stream"], {}))
+        streams[_label(r)] = StreamState(r["first_mark_at_ms"], wm, writers.get(_label(r), {}))
     committed: dict[str, dict[tuple[str, str], int]] = {}
     for r in spark.read.schema(ORIGINS_STATE_SCHEMA).parquet(f"{path}/origins").collect():
-        committed.setdefault(r["stream"], {})[(r["writer_id"], r["origin_id"])] = r["committed_seq"]
+        committed.setdefault(_label(r), {})[(r["writer_id"], r["origin_id"])] = r["committed_seq"]
     pending: dict[str, dict[tuple[str, str], list[Chunk]]] = {}
     for r in spark.read.schema(PENDING_STATE_SCHEMA).parquet(f"{path}/pending").collect():
         chunk = Chunk(
@@ -105,7 +109,7 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
             r["reported_at_ms"],
             r["kind"],
         )
-        pending.setdefault(r["stream"], {}).setdefault((r["writer_id"], r["origin_id"]), []).append(chunk)
+        pending.setdefault(_label(r), {}).setdefault((r["writer_id"], r["origin_id"]), []).append(chunk)
     for stream in set(committed) | set(pending):
         keys = set(committed.get(stream, {})) | set(pending.get(stream, {}))
         origins = {
@@ -119,6 +123,11 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
     return ControllerState(streams=streams, processed_until_ms=processed_until_ms, processed_marks=processed_marks)
 
 
+def _label(row: Any) -> str:
+    """A state row's watermark label (``core.controller.watermark_label``); ``""`` is no key."""
+    return watermark_label(row["stream"], row["wm_key"] or None)
+
+
 def watermark_from_manifest(entry: Mapping[str, Any] | None) -> Watermark | None:
     if not entry:
         return None
@@ -128,6 +137,7 @@ def watermark_from_manifest(entry: Mapping[str, Any] | None) -> Watermark | None
         entry["upper_ms"],
         {int(k): v for k, v in entry["stream_cut"].items()},
         entry["computed_at_ms"],
+        entry["wm_key"],
     )
 
 

@@ -38,6 +38,14 @@ Rules, in the order a round applies them:
 
 The clock is the round's logical time, never the wall clock, so that a re-run computes the same result.
 
+**Keyed watermarks** (Jet): a mark may carry a ``wm_key``. Each ``(stream, wm_key)`` is a watermark of its
+own, labelled ``stream:wm_key`` (:func:`watermark_label`), and every rule above applies to it on its own: its
+writers, their states and timeouts, its initial delay, its lower and upper bound and its cut (over the
+stream's segments). A writer that reports marks for two keys is a writer of each. Marks without a key (or
+with an empty one) make the stream's unkeyed watermark, labelled ``stream``. For example, ``w1`` reporting
+``t=100`` for key ``eu`` and ``w2`` reporting ``t=300`` for key ``us`` give ``orders:eu`` lower 100 and
+``orders:us`` lower 300; ``eu`` lagging never holds ``us`` back.
+
 Worked example (three segments of one epoch), round 1 ``w1 t=100 {0:100, 1:200}; w2 t=101 {1:100, 2:200};
 w3 t=102 {2:100, 0:200}`` gives lower 100, upper 102, cut ``{0:200, 1:200, 2:200}``; round 2
 ``w1 t=200 {1:300}; w2 t=201 {1:100, 2:300}; w3 t=202 {2:300}`` gives lower 200, cut
@@ -74,6 +82,8 @@ __all__ = [
     "late_marks",
     "position_goes_back",
     "run_round",
+    "split_label",
+    "watermark_label",
 ]
 
 #: Stream names become path components in the watermark store: no separators, no leading dot.
@@ -86,6 +96,17 @@ def is_valid_stream_name(name: object) -> bool:
     return isinstance(name, str) and _STREAM_NAME.fullmatch(name) is not None
 
 
+def watermark_label(stream: str, wm_key: str | None) -> str:
+    """How a watermark is named in reports and manifests: the stream, or ``stream:wm_key`` for a keyed one.
+
+    Neither a stream nor a key may contain ``:``, so the label is unambiguous.
+
+    >>> watermark_label("orders", None), watermark_label("orders", "eu")
+    ('orders', 'orders:eu')
+    """
+    return stream if wm_key is None else f"{stream}:{wm_key}"
+
+
 class MarkKind(StrEnum):
     NOTE = "note"
     COMMIT = "commit"
@@ -96,6 +117,7 @@ class Quarantine(StrEnum):
     """Why a mark could not be interpreted. Checked in this order; the first that applies is reported."""
 
     INVALID_STREAM = "INVALID_STREAM"
+    INVALID_WM_KEY = "INVALID_WM_KEY"
     INVALID_WRITER = "INVALID_WRITER"
     UNKNOWN_KIND = "UNKNOWN_KIND"
     INVALID_REPORTED_AT = "INVALID_REPORTED_AT"
@@ -142,6 +164,18 @@ class WriterMark:
     seq: int | None = None
     chunk: int | None = None
     last_chunk: bool | None = None
+    wm_key: str | None = None
+
+    @property
+    def key(self) -> str | None:
+        """The mark's watermark key; an empty ``wm_key`` means none (the stream's unkeyed watermark)."""
+        return self.wm_key or None
+
+    @property
+    def label(self) -> str:
+        """The watermark this mark counts for (:func:`watermark_label`); the mark must be sane."""
+        assert self.stream is not None
+        return watermark_label(self.stream, self.key)
 
     @property
     def is_value(self) -> bool:
@@ -171,6 +205,7 @@ class Watermark:
     upper_ms: int
     stream_cut: StreamCut
     computed_at_ms: int
+    wm_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +219,7 @@ class StreamState:
 
 @dataclass(frozen=True)
 class ControllerState:
+    #: per watermark label (``stream`` or ``stream:wm_key``)
     streams: Mapping[str, StreamState] = field(default_factory=dict)
     processed_until_ms: int | None = None
     #: How many marks with a report time at or before ``processed_until_ms`` the rounds have seen.
@@ -219,12 +255,13 @@ class StreamReport:
     watermark: Watermark | None = None
     cut_complete: bool = True
     pending_sequences: int = 0
+    wm_key: str | None = None
 
 
 @dataclass(frozen=True)
 class RoundResult:
     state: ControllerState
-    reports: Mapping[str, StreamReport]
+    reports: Mapping[str, StreamReport]  # per watermark label
     quarantined: list[tuple[WriterMark, Quarantine]]
     rejected: list[tuple[WriterMark, Rejection]]
     deferred_marks: int
@@ -252,6 +289,8 @@ def position_goes_back(stored: Mapping[int, int], new: Mapping[int, int]) -> boo
 def _quarantine_reason(mark: WriterMark, segments: Mapping[int, Segment]) -> Quarantine | None:
     if not is_valid_stream_name(mark.stream):
         return Quarantine.INVALID_STREAM
+    if mark.key is not None and not is_valid_stream_name(mark.key):
+        return Quarantine.INVALID_WM_KEY
     if not mark.writer_id:
         return Quarantine.INVALID_WRITER
     if mark.kind not in tuple(MarkKind):
@@ -392,27 +431,28 @@ def run_round(
             continue
         assert mark.stream is not None and mark.writer_id is not None
         if mark.is_sequenced:
-            sequenced[mark.stream][(mark.writer_id, mark.origin_id or "")].append(mark)
+            sequenced[mark.label][(mark.writer_id, mark.origin_id or "")].append(mark)
             continue
-        bucket = per_writer[mark.stream][mark.writer_id]
+        bucket = per_writer[mark.label][mark.writer_id]
         (bucket.accepted if mark.is_value else bucket.shutdowns).append(mark)
     origins_after = {
-        stream: _advance_origins(
-            stream, state.streams.get(stream, StreamState()).origins, by_origin, per_writer, quarantined
+        label: _advance_origins(
+            label, state.streams.get(label, StreamState()).origins, by_origin, per_writer, quarantined
         )
-        for stream, by_origin in sequenced.items()
+        for label, by_origin in sequenced.items()
     }
 
     new_streams: dict[str, StreamState] = dict(state.streams)
     reports: dict[str, StreamReport] = {}
-    quarantined_streams = {m.stream for m, r in quarantined if r is not Quarantine.INVALID_STREAM}
-    streams = set(state.streams) | set(per_writer) | set(sequenced) | {s for s in quarantined_streams if s}
-    for stream in sorted(streams):
-        previous = state.streams.get(stream, StreamState())
+    quarantined_labels = {label for m, r in quarantined if (label := _quarantine_label(m, r))}
+    labels = set(state.streams) | set(per_writer) | set(sequenced) | quarantined_labels
+    for label in sorted(labels):
+        stream, wm_key = split_label(label)
+        previous = state.streams.get(label, StreamState())
         stream_rejected: list[tuple[WriterMark, Rejection]] = []
         writers: dict[str, WriterState] = dict(previous.writers)
         first_mark = previous.first_mark_at_ms
-        for writer_id, writer_marks in per_writer.get(stream, {}).items():
+        for writer_id, writer_marks in per_writer.get(label, {}).items():
             before = len(stream_rejected)
             updated = _apply_writer_marks(writers.get(writer_id), writer_marks, stream_rejected)
             if updated is not None:
@@ -423,22 +463,24 @@ def run_round(
                 earliest = min(t for t in times if t is not None)
                 first_mark = earliest if first_mark is None else min(first_mark, earliest)
         rejected.extend(stream_rejected)
-        new_state, report = _emit(stream, previous, writers, first_mark, segments.get(stream, {}), now_ms, config)
-        origins = origins_after.get(stream, previous.origins)
+        new_state, report = _emit(
+            stream, wm_key, previous, writers, first_mark, segments.get(stream, {}), now_ms, config
+        )
+        origins = origins_after.get(label, previous.origins)
         new_state = replace(new_state, origins=origins)
-        accepted_count = sum(len(w.accepted) for w in per_writer.get(stream, {}).values()) - sum(
+        accepted_count = sum(len(w.accepted) for w in per_writer.get(label, {}).values()) - sum(
             1 for m, _ in stream_rejected if m.is_value
         )
-        seen = set(per_writer.get(stream, {})) | {writer for writer, _ in sequenced.get(stream, {})}
-        reports[stream] = replace(
+        seen = set(per_writer.get(label, {})) | {writer for writer, _ in sequenced.get(label, {})}
+        reports[label] = replace(
             report,
             writers_seen=len(seen),
             pending_sequences=sum(len({c.seq for c in o.pending}) for o in origins.values()),
             marks_accepted=accepted_count,
             rejected=_count(r for _, r in stream_rejected),
-            quarantined=_count(r for m, r in quarantined if m.stream == stream),
+            quarantined=_count(r for m, r in quarantined if _quarantine_label(m, r) == label),
         )
-        new_streams[stream] = new_state
+        new_streams[label] = new_state
     return RoundResult(
         state=ControllerState(
             streams=new_streams,
@@ -453,14 +495,29 @@ def run_round(
     )
 
 
+def _quarantine_label(mark: WriterMark, reason: Quarantine) -> str | None:
+    """The watermark whose report counts a quarantined mark; ``None`` when its stream or key is not valid
+    (those are counted in the round's totals only)."""
+    if reason in (Quarantine.INVALID_STREAM, Quarantine.INVALID_WM_KEY):
+        return None
+    return mark.label
+
+
+def split_label(label: str) -> tuple[str, str | None]:
+    """The inverse of :func:`watermark_label`: ``"orders:eu"`` -> ``("orders", "eu")``."""
+    stream, _, wm_key = label.partition(":")
+    return stream, wm_key or None
+
+
 def _advance_origins(
-    stream: str,
+    label: str,
     before: Mapping[tuple[str, str], OriginState],
     by_origin: Mapping[tuple[str, str], list[WriterMark]],
     per_writer: dict[str, dict[str, _WriterRound]],
     quarantined: list[tuple[WriterMark, Quarantine]],
 ) -> dict[tuple[str, str], OriginState]:
     """Gap-free progress per origin: released sequences become marks of their writer, bad ones quarantine."""
+    stream, wm_key = split_label(label)
     after = dict(before)
     for (writer_id, origin_id), marks in sorted(by_origin.items()):
         chunks = [_chunk(m) for m in marks]
@@ -470,12 +527,18 @@ def _advance_origins(
         else:
             after[(writer_id, origin_id)] = step.state
         for chunk, reason in step.quarantined:
-            quarantined.append((_chunk_mark(stream, writer_id, origin_id, chunk), Quarantine(reason)))
+            quarantined.append((_chunk_mark(stream, wm_key, writer_id, origin_id, chunk), Quarantine(reason)))
         for released in step.released:
             mark = WriterMark(
-                stream, writer_id, released.time_ms, released.position, released.kind, released.reported_at_ms
+                stream,
+                writer_id,
+                released.time_ms,
+                released.position,
+                released.kind,
+                released.reported_at_ms,
+                wm_key=wm_key,
             )
-            per_writer[stream][writer_id].accepted.append(mark)
+            per_writer[label][writer_id].accepted.append(mark)
     return after
 
 
@@ -487,7 +550,7 @@ def _chunk(mark: WriterMark) -> Chunk:
     )
 
 
-def _chunk_mark(stream: str, writer_id: str, origin_id: str, chunk: Chunk) -> WriterMark:
+def _chunk_mark(stream: str, wm_key: str | None, writer_id: str, origin_id: str, chunk: Chunk) -> WriterMark:
     return WriterMark(
         stream,
         writer_id,
@@ -499,6 +562,7 @@ def _chunk_mark(stream: str, writer_id: str, origin_id: str, chunk: Chunk) -> Wr
         chunk.seq,
         chunk.chunk,
         chunk.last_chunk,
+        wm_key,
     )
 
 
@@ -511,6 +575,7 @@ def _count(reasons: Iterable[str]) -> dict[str, int]:
 
 def _emit(
     stream: str,
+    wm_key: str | None,
     previous: StreamState,
     writers: Mapping[str, WriterState],
     first_mark_at_ms: int | None,
@@ -537,6 +602,7 @@ def _emit(
         new_state = StreamState(first_mark_at_ms=first_mark_at_ms, watermark=watermark or prev, writers=active)
         report = StreamReport(
             stream=stream,
+            wm_key=wm_key,
             status=status,
             writers_seen=0,
             active_writers=len(active),
@@ -565,5 +631,6 @@ def _emit(
         upper_ms=max(w.time_ms for w in active.values()),
         stream_cut=cut,
         computed_at_ms=now_ms,
+        wm_key=wm_key,
     )
     return result(StreamStatus.EMITTED, watermark, complete)

@@ -176,14 +176,15 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             return []
         return sorted(n for p in entries if is_valid_stream_name(n := str(p).rstrip("/").rsplit("/", 1)[-1]))
 
-    def read_stream_status(self, stream: str) -> dict[str, Any] | None:
-        """What the last controller round said about ``stream`` (writers, idle, waiting for), or ``None``."""
-        return self._read_json(self.stream_path(stream, "status.json"))
+    def read_stream_status(self, stream: str, wm_key: str | None = None) -> dict[str, Any] | None:
+        """What the last controller round said about ``stream`` (its key ``wm_key`` when given: writers,
+        idle, waiting for), or ``None``."""
+        return self._read_json(self.watermark_path(stream, wm_key, "status.json"))
 
-    def write_stream_status(self, stream: str, status: Mapping[str, Any]) -> None:
-        """Replace the stream's status document: a mirror for readers (the Watermarks page), written by each
-        successful controller round whether or not the watermark advanced."""
-        self._write_atomic(self.stream_path(stream, "status.json"), status)
+    def write_stream_status(self, stream: str, status: Mapping[str, Any], wm_key: str | None = None) -> None:
+        """Replace the status document of ``stream`` (of its key ``wm_key``): a mirror for readers (the
+        Watermarks page), written by each successful controller round whether or not the watermark advanced."""
+        self._write_atomic(self.watermark_path(stream, wm_key, "status.json"), status)
 
     def read_pipeline_runs(self, pipeline: str, limit: int) -> list[dict[str, Any]]:
         """The manifests of a windowed pipeline's last ``limit`` runs (``runs/v<version>/``), oldest first."""

@@ -122,23 +122,19 @@ class ControllerWatermarkOperator(BaseOperator):
         manifest = self._submit(store, cutoff, now_ms, run_id, round_out, state_out)
 
         published: dict[str, bool] = {}
-        for stream, entry in manifest["streams"].items():
+        for label, entry in manifest["streams"].items():  # label: "stream" or "stream:wm_key"
             if entry["watermark"]:
-                record = {
-                    **entry["watermark"],
-                    "wm_key": None,
-                    "run_id": run_id,
-                    "controller": self.controller,
-                }
-                published[stream] = store.publish(record)
-            store.write_stream_status(stream, self._stream_status(stream, entry, now_ms, run_id))
+                record = {**entry["watermark"], "run_id": run_id, "controller": self.controller}
+                published[label] = store.publish(record)
+            status = self._stream_status(entry["stream"], entry, now_ms, run_id)
+            store.write_stream_status(entry["stream"], status, entry["wm_key"])
         summary = {
             "controller": self.controller,
             "processed_until_ms": manifest["processed_until_ms"],
             "round": round_out,
             "totals": manifest["totals"],
             "streams": manifest["streams"],
-            "published": published,  # stream -> False when the store already had a watermark as high
+            "published": published,  # label -> False when the store already had a watermark as high
         }
         self._log_summary(summary)
         if manifest["totals"].get("late_marks"):
@@ -221,6 +217,7 @@ class ControllerWatermarkOperator(BaseOperator):
         """What the Watermarks page shows beside a stream's watermark: the round's verdict on it."""
         return {
             "stream": stream,
+            "wm_key": entry.get("wm_key"),
             "controller": self.controller,
             "status": entry["status"],
             "idle": entry["status"] == StreamStatus.NO_ACTIVE_WRITERS,

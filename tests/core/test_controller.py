@@ -155,6 +155,8 @@ def test_no_active_writers_emit_nothing():
     ("bad", "reason"),
     [
         (mark("w", 1, {0: 1}, stream="../etc"), Quarantine.INVALID_STREAM),
+        (mark("w", 1, {0: 1}, wm_key="eu/west"), Quarantine.INVALID_WM_KEY),
+        (mark("w", 1, {0: 1}, wm_key="a:b"), Quarantine.INVALID_WM_KEY),
         (mark("", 1, {0: 1}), Quarantine.INVALID_WRITER),
         (mark("w", 1, {0: 1}, kind="flush"), Quarantine.UNKNOWN_KIND),
         (mark("w", 1, {0: 1}, reported_at_ms=None), Quarantine.INVALID_REPORTED_AT),
@@ -170,6 +172,33 @@ def test_bad_rows_are_quarantined_with_their_reason_and_change_nothing(bad, reas
     (r1,) = rounds([bad, mark("ok", 5, {0: 5})])
     assert r1.quarantined == [(bad, reason)]
     assert set(r1.state.streams["s"].writers) == {"ok"}
+
+
+def test_each_watermark_key_has_its_own_writers_and_a_lagging_key_never_holds_another_back():
+    r1, r2 = rounds(
+        [mark("w1", 100, {0: 10}, wm_key="eu"), mark("w1", 300, {1: 30}, wm_key="us"), mark("w2", 50, {2: 5})],
+        [mark("w1", 400, {1: 40}, wm_key="us", reported_at_ms=3_000)],
+    )
+    assert {label: (w.stream, w.wm_key, w.lower_ms) for label, w in r1.watermarks.items()} == {
+        "s": ("s", None, 50),
+        "s:eu": ("s", "eu", 100),
+        "s:us": ("s", "us", 300),
+    }
+    assert r1.watermarks["s:eu"].stream_cut == {0: 10, 1: 0, 2: 0}
+    # round 2: only "us" advances; "eu" and the unkeyed watermark wait for their own writers
+    assert r2.reports["s:us"].watermark.lower_ms == 400
+    assert r2.reports["s:eu"].status == StreamStatus.WAITING_FOR_WRITERS
+    assert (r2.reports["s:us"].stream, r2.reports["s:us"].wm_key) == ("s", "us")
+
+
+def test_an_empty_watermark_key_is_the_streams_unkeyed_watermark():
+    (r1,) = rounds([mark("w1", 100, {0: 10}, wm_key=""), mark("w2", 200, {1: 10})])
+    assert set(r1.watermarks) == {"s"} and r1.watermarks["s"].lower_ms == 100
+
+
+def test_a_mark_with_an_invalid_key_counts_in_no_watermarks_report():
+    (r1,) = rounds([mark("w1", 100, {0: 10}, wm_key="../x"), mark("w2", 200, {1: 10})])
+    assert r1.reports["s"].quarantined == {} and set(r1.reports) == {"s"}
 
 
 def test_marks_are_taken_once_in_the_round_that_reaches_their_report_time():
@@ -291,3 +320,23 @@ def test_feeding_the_same_marks_again_has_no_effect_beyond_the_passage_of_time(b
     idle = run_round(first.state, [], SEGS, 6_000, NO_DELAY)
     assert again.state.streams == idle.state.streams
     assert again.watermarks == idle.watermarks
+
+
+keyed_scenario = st.lists(
+    st.lists(st.tuples(random_mark, st.sampled_from([None, "eu", "us"])), max_size=10), min_size=1, max_size=4
+)
+
+
+@settings(max_examples=200)
+@given(keyed_scenario)
+def test_each_keys_watermarks_are_those_of_its_marks_alone(batches):
+    keyed = [[replace(m, wm_key=key) for m, key in batch] for batch in batches]
+    together = _run_scenario(keyed, NO_DELAY)
+    for key in (None, "eu", "us"):
+        label = "s" if key is None else f"s:{key}"
+        alone = _run_scenario([[m for m, k in batch if k == key] for batch in batches], NO_DELAY)
+        unkeyed = lambda wm: wm and replace(wm, wm_key=None)  # noqa: E731
+        for (_, with_others), (_, by_itself) in zip(together, alone, strict=True):
+            mine, its = with_others.state.streams.get(label), by_itself.state.streams.get("s")
+            assert (mine and replace(mine, watermark=unkeyed(mine.watermark))) == its
+            assert unkeyed(with_others.watermarks.get(label)) == by_itself.watermarks.get("s")

@@ -8,9 +8,12 @@ import pytest
 from airflow.models.variable import Variable
 
 from airflow_provider_wm.demo import data
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.controller_watermark import ControllerWatermarkOperator
+from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 from airflow_provider_wm.state import cutoff_variable_key
 from tests.airflow_helpers import fresh_dag, run_dag, xcom
+from tests.factories import THIRDS, mark, write_marks, write_segments
 
 HOUR_1_END = data.START + timedelta(hours=1)
 
@@ -98,3 +101,30 @@ def test_a_logical_time_in_the_future_is_refused(airflow_db, tmp_path):
     _run, states = run_dag(controller_dag(tmp_path, "c_future", logical_time=future.isoformat()), HOUR_1_END)
     assert states == {"controller": "failed"}
     assert cutoff("c_future") is None
+
+
+@pytest.mark.slow
+def test_keyed_marks_publish_one_watermark_per_key_that_a_sensor_waits_on(airflow_db, tmp_path, spark):
+    end_ms = int(HOUR_1_END.timestamp() * 1000)
+    start_ms = int(data.START.timestamp() * 1000)
+    marks = [
+        mark("w1", end_ms + 5, {0: 10}, stream="orders", wm_key="eu", reported_at_ms=start_ms),
+        mark("w2", end_ms + 9, {1: 20}, stream="orders", wm_key="us", reported_at_ms=start_ms),
+        mark("w3", end_ms - 60_000, {2: 30}, stream="orders", reported_at_ms=start_ms),  # unkeyed, behind
+    ]
+    write_marks(spark, marks, tmp_path / "marks")
+    write_segments(spark, {"orders": THIRDS}, tmp_path / "segments")
+    dag = controller_dag(tmp_path, "c_keyed")
+    with dag:
+        wait = StreamWatermarkSensor(
+            task_id="wait", streams=["orders:eu", "orders:us"], store_path=f"{tmp_path}/store", timeout=30
+        )
+        dag.task_dict["controller"] >> wait
+    run, states = run_dag(dag, HOUR_1_END)
+    assert states == {"controller": "success", "wait": "success"}
+    assert xcom(run, "wait")["watermark_ms"] == end_ms + 5
+    store = WatermarkStoreHook(str(tmp_path / "store"))
+    assert store.read_latest("orders", "us")["lower_ms"] == end_ms + 9
+    assert store.read_latest("orders")["lower_ms"] == end_ms - 60_000
+    assert store.read_stream_status("orders", "eu")["status"] == "EMITTED"
+    assert sorted(xcom(run, "controller")["published"]) == ["orders", "orders:eu", "orders:us"]

@@ -79,13 +79,14 @@ def assert_same(core: RoundResult, manifest: dict, job_state: ControllerState, s
     assert manifest["totals"]["deferred_marks"] == core.deferred_marks
     assert manifest["totals"]["late_marks"] == core.late_marks
     expected_bad = Counter(
-        (m.stream, m.writer_id, m.time_ms, str(reason)) for m, reason in [*core.quarantined, *core.rejected]
+        (m.stream, m.key, m.writer_id, m.time_ms, str(reason)) for m, reason in [*core.quarantined, *core.rejected]
     )
     if manifest["quarantine_path"] is None:
         assert not expected_bad
     else:
         rows = spark.read.parquet(manifest["quarantine_path"]).collect()
-        assert Counter((r["stream"], r["writer_id"], r["time_ms"], r["reason"]) for r in rows) == expected_bad
+        got = Counter((r["stream"], r["wm_key"], r["writer_id"], r["time_ms"], r["reason"]) for r in rows)
+        assert got == expected_bad
 
 
 def test_worked_example_matches_the_reference_over_two_rounds(spark, tmp_path):
@@ -93,8 +94,8 @@ def test_worked_example_matches_the_reference_over_two_rounds(spark, tmp_path):
     results = list(run_both(spark, tmp_path, [ROUND_1, ROUND_2], config, {"s": THIRDS}))
     (_, m1, _), (_, m2, _) = results
     assert m1["streams"]["s"]["watermark"] == {
-        "stream": "s", "lower_ms": 100, "upper_ms": 102, "stream_cut": {"0": 200, "1": 200, "2": 200},
-        "computed_at_ms": 2_000,
+        "stream": "s", "wm_key": None, "lower_ms": 100, "upper_ms": 102,
+        "stream_cut": {"0": 200, "1": 200, "2": 200}, "computed_at_ms": 2_000,
     }  # fmt: skip
     assert m2["streams"]["s"]["watermark"]["lower_ms"] == 200
     assert m2["streams"]["s"]["watermark"]["stream_cut"] == {"0": 200, "1": 300, "2": 300}
@@ -106,6 +107,7 @@ def test_bad_rows_are_quarantined_counted_and_do_not_crash_the_job(spark, tmp_pa
     bad = [
         mark("w", 1, {0: 1}, stream="../etc"),
         mark("w", 1, {0: 1}, stream=None),
+        mark("w", 1, {0: 1}, wm_key="a:b"),
         mark("", 1, {0: 1}),
         mark("w", 1, {0: 1}, kind="flush"),
         mark("w", 1, {0: 1}, reported_at_ms=None),
@@ -122,7 +124,8 @@ def test_bad_rows_are_quarantined_counted_and_do_not_crash_the_job(spark, tmp_pa
     ((core, manifest, state),) = run_both(spark, tmp_path, [bad], config, {"s": THIRDS})
     assert_same(core, manifest, state, spark, "")
     assert manifest["totals"]["quarantined"] == {
-        "INVALID_REPORTED_AT": 1, "INVALID_STREAM": 2, "INVALID_TIME_VALUE": 2, "INVALID_WRITER": 1,
+        "INVALID_REPORTED_AT": 1, "INVALID_STREAM": 2, "INVALID_WM_KEY": 1, "INVALID_TIME_VALUE": 2,
+        "INVALID_WRITER": 1,
         "MISSING_POSITION": 1, "NEGATIVE_OFFSET": 2, "UNKNOWN_KIND": 1, "UNKNOWN_SEGMENT": 1,
     }  # fmt: skip
     assert manifest["totals"]["rejected"] == {"UNKNOWN_WRITER": 1}
@@ -157,6 +160,29 @@ def test_a_scale_event_moves_the_cut_to_the_successor_segments(spark, tmp_path):
     }  # fmt: skip
 
 
+def test_keyed_marks_give_one_watermark_per_key_like_the_reference(spark, tmp_path):
+    """Each key is a watermark of its own; ``eu`` lagging holds back neither ``us`` nor the unkeyed one."""
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    first = [
+        mark("w1", 100, {0: 10}, wm_key="eu"),
+        mark("w1", 300, {1: 30}, wm_key="us"),
+        mark("w2", 320, {2: 9}, wm_key="us"),
+        mark("w2", 50, {2: 5}),
+        mark("w3", 60, {1: 5}, wm_key=""),  # empty: the unkeyed watermark
+    ]
+    later = [mark("w1", 400, {1: 40}, wm_key="us", reported_at_ms=3_000), mark("w2", 330, {2: 10}, wm_key="us")]
+    later[1] = replace(later[1], reported_at_ms=3_000)
+    results = list(run_both(spark, tmp_path, [first, later], config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    (_, m1, _), (_, m2, _) = results
+    assert {label: (e["wm_key"], e["watermark"]["lower_ms"]) for label, e in m1["streams"].items()} == {
+        "s": (None, 50), "s:eu": ("eu", 100), "s:us": ("us", 300),
+    }  # fmt: skip
+    assert m2["streams"]["s:us"]["watermark"]["lower_ms"] == 330
+    assert m2["streams"]["s:eu"]["status"] == StreamStatus.WAITING_FOR_WRITERS
+
+
 def test_writer_timeout_and_shutdown_match_the_reference(spark, tmp_path):
     config = ControllerConfig(writer_timeout_ms=3_000, initial_delay_ms=0)
     later = [
@@ -182,6 +208,7 @@ random_mark = st.builds(
     position=st.dictionaries(st.sampled_from(all_segments), st.integers(-1, 40), max_size=3),
     kind=st.sampled_from(["note", "note", "note", "commit", "shutdown"]),
     reported_at_ms=st.integers(0, 8_000),
+    wm_key=st.sampled_from([None, None, None, "eu", "", "b:ad"]),
 )
 
 
@@ -218,8 +245,10 @@ def test_marks_that_land_after_their_round_are_counted_as_late(spark, tmp_path):
 # ---------------------------------------------------------------------------------- gap-free progress
 
 
-def sequenced(writer: str, seq: int, time_ms: int, at: int, *, chunk: int = 1, last: bool = True, origin="o"):
-    base = mark(writer, time_ms, {0: time_ms, 1: seq}, reported_at_ms=at)
+def sequenced(
+    writer: str, seq: int, time_ms: int, at: int, *, chunk: int = 1, last: bool = True, origin="o", wm_key=None
+):
+    base = mark(writer, time_ms, {0: time_ms, 1: seq}, reported_at_ms=at, wm_key=wm_key)
     return replace(base, origin_id=origin, seq=seq, chunk=chunk, last_chunk=last)
 
 
@@ -255,12 +284,15 @@ def test_sequences_arriving_out_of_order_over_rounds_match_the_reference(spark, 
 
 
 def shuffled_rounds(draw_random, writers: int, sequences: int, rounds: int, chunked: bool):
-    """Each writer's sequences 1..n (chunked: 1-2 chunks), times increasing, shuffled over ``rounds``."""
+    """Each writer's sequences 1..n (chunked: 1-2 chunks), times increasing, shuffled over ``rounds``; each
+    writer reports for the unkeyed watermark or for key ``eu``, and the last one for both."""
     rows = []
     for w in range(writers):
-        for seq in range(1, sequences + 1):
-            count = draw_random.randint(1, 2) if chunked else 1
-            rows += [(f"w{w}", seq, 100 * seq + w + c, c, c == count) for c in range(1, count + 1)]
+        keys = [None, "eu"] if w == writers - 1 else [draw_random.choice([None, "eu"])]
+        for key in keys:
+            for seq in range(1, sequences + 1):
+                count = draw_random.randint(1, 2) if chunked else 1
+                rows += [(f"w{w}", key, seq, 100 * seq + w + c, c, c == count) for c in range(1, count + 1)]
     draw_random.shuffle(rows)
     if draw_random.random() < 0.5 and rows:  # a retried upload of something already sent
         rows.append(draw_random.choice(rows))
@@ -270,7 +302,10 @@ def shuffled_rounds(draw_random, writers: int, sequences: int, rounds: int, chun
         part = rows[r * size : (r + 1) * size]
         at = 2_000 * r + 1_000
         batches.append(
-            [sequenced(w, seq, t, at + i, chunk=c, last=last) for i, (w, seq, t, c, last) in enumerate(part)]
+            [
+                sequenced(w, seq, t, at + i, chunk=c, last=last, wm_key=key)
+                for i, (w, key, seq, t, c, last) in enumerate(part)
+            ]
         )
     return batches
 
