@@ -165,6 +165,10 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         """The streams that have a watermark or a status in the store, sorted."""
         return self._list_names(self._path("streams"))
 
+    def list_keys(self, stream: str) -> list[str]:
+        """The ``wm_key`` values that have a keyed watermark or status under ``stream``, sorted."""
+        return self._list_names(self.stream_path(stream, "keys"))
+
     def list_pipelines(self) -> list[str]:
         """The pipelines (windowed aggregates, incremental partitions) that have a folder in the store, sorted."""
         return self._list_names(self._path("pipelines"))

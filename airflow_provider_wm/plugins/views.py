@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_wm.core.controller import split_label, watermark_label
 from airflow_provider_wm.core.monitoring import downsample_lag, format_duration, partition_strip
 from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
@@ -18,8 +19,13 @@ WINDOWED_RUNS_SHOWN = 30
 
 
 def overview(store: WatermarkStoreHook, now_ms: int) -> dict[str, Any]:
-    """Every stream's latest watermark and status, every pipeline's state, as the page's tables need them."""
-    streams = [_stream_row(store, stream, now_ms) for stream in store.list_streams()]
+    """Every stream's latest watermark and status (a keyed watermark as a row of its own, named
+    ``stream:wm_key``), every pipeline's state, as the page's tables need them."""
+    streams = [
+        _stream_row(store, stream, wm_key, now_ms)
+        for stream in store.list_streams()
+        for wm_key in [None, *store.list_keys(stream)]
+    ]
     partitioned, windowed = [], []
     for pipeline in store.list_pipelines():
         document = store.read_pipeline_state(pipeline)
@@ -39,8 +45,10 @@ def overview(store: WatermarkStoreHook, now_ms: int) -> dict[str, Any]:
 
 
 def stream_history(store: WatermarkStoreHook, stream: str, max_points: int) -> dict[str, Any]:
-    """The stream's watermark and lag over time, at most ``max_points`` points (see ``downsample_lag``)."""
-    entries = store.read_log_index(validate_name(stream, "stream"))
+    """The watermark and lag over time of ``stream`` (``stream:wm_key`` for a keyed one), at most
+    ``max_points`` points (see ``downsample_lag``)."""
+    name, wm_key = split_label(stream)
+    entries = store.read_log_index(validate_name(name, "stream"), wm_key)
     points = downsample_lag(entries, max_points)
     return {
         "stream": stream,
@@ -49,14 +57,15 @@ def stream_history(store: WatermarkStoreHook, stream: str, max_points: int) -> d
     }
 
 
-def _stream_row(store: WatermarkStoreHook, stream: str, now_ms: int) -> dict[str, Any] | None:
-    latest = store.read_latest(stream)
-    status = store.read_stream_status(stream) or {}
+def _stream_row(store: WatermarkStoreHook, stream: str, wm_key: str | None, now_ms: int) -> dict[str, Any] | None:
+    latest = store.read_latest(stream, wm_key)
+    status = store.read_stream_status(stream, wm_key) or {}
     if latest is None and not status:
         return None
     lower = None if latest is None else int(latest["lower_ms"])
     return {
-        "stream": stream,
+        "stream": watermark_label(stream, wm_key),
+        "wm_key": wm_key,
         "lower_ms": lower,
         "upper_ms": None if latest is None else latest.get("upper_ms"),
         "lag_ms": None if lower is None else now_ms - lower,

@@ -67,7 +67,21 @@ def test_the_history_route_downsamples_on_the_server(client, store, token):
     assert client.get("/wm/api/streams/orders/history?points=0", headers=auth).status_code == 422
 
 
-@pytest.mark.parametrize("name", ["..", "..%2F..%2Fsecret.json", ".hidden", "a%00b", "%2Fetc%2Fpasswd"])
+def test_a_keyed_watermark_is_a_row_of_its_own_with_its_history(client, store, token):
+    store.publish({"stream": "orders", "wm_key": "eu", "lower_ms": 7000, "upper_ms": 7000, "computed_at_ms": 7500})
+    store.write_stream_status("orders", {"status": "EMITTED", "active_writers": 1}, wm_key="eu")
+    auth = {"Authorization": f"Bearer {token}"}
+    rows = {row["stream"]: row for row in client.get("/wm/api/overview", headers=auth).json()["streams"]}
+    assert sorted(rows) == ["orders", "orders:eu"]
+    assert (rows["orders:eu"]["wm_key"], rows["orders:eu"]["lower_ms"], rows["orders:eu"]["writers"]) == ("eu", 7000, 1)
+    assert rows["orders"]["lower_ms"] == 5000  # the unkeyed watermark is unaffected
+    history = client.get("/wm/api/streams/orders:eu/history", headers=auth).json()
+    assert history["entries"] == 1 and history["points"] == [{"t": 7500, "lower_ms": 7000, "lag_ms": 500}]
+
+
+@pytest.mark.parametrize(
+    "name", ["..", "..%2F..%2Fsecret.json", ".hidden", "a%00b", "%2Fetc%2Fpasswd", "orders:..", "orders:a:b"]
+)
 def test_no_stream_name_reaches_outside_the_store(client, store, token, name):
     response = client.get(f"/wm/api/streams/{name}/history", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code in (400, 404), response.text  # 404: the router never matched a path with a "/"
