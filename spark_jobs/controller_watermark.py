@@ -438,25 +438,61 @@ class _Progress:
 
 
 def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> _Progress:
-    """``core.progress.advance`` for every origin with marks in the round, as window functions.
+    """``core.progress.advance`` for every origin with marks in the round.
 
-    Arrival order is (pending first, report time, chunk, time); the first of duplicates is kept. The
-    sequenced marks of a round are usually few (they are out-of-order arrivals' bookkeeping), so the frame
-    is checkpointed once and read by every output below.
+    Two paths. A *dense* origin, the common case, is decided by one aggregate per origin over the
+    sequence numbers alone: every chunk of it in the round and waiting in the state is a whole one-chunk
+    sequence, none is bad, all numbers are distinct, past the committed one and within reach. Its prefix
+    then ends one before the first number missing after the committed one (committed 3, sequences 4 5 7
+    -> 5; 6 is missing), and its rows are released or kept waiting through a broadcast join, with no
+    per-sequence shuffle. Every other origin takes the exact path (:func:`exact_origins`).
     """
-    spark = sequenced.sparkSession
-    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
-    # per-sequence aggregations and sorts can be as large as the marks themselves: not the small frames the
-    # rest of the round sizes its shuffles for (restored below)
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(64, int(shuffle_partitions or 0))))
-    try:
-        return _advance_origins(sequenced, origins0, pending0, segments)
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    sequenced = sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
+    # one row per origin with marks in the round: small
+    decisions = origin_decisions(sequenced, origins0, pending0, segments).localCheckpoint()
+    dense = F.broadcast(decisions.where("dense").select(*ORIGIN_KEYS, "committed_seq", "prefix_end"))
+    released_now = F.col("seq") <= F.col("prefix_end")
+    pending_columns = PENDING_STATE_SCHEMA.fieldNames()
+    dense_rows = (
+        sequenced.join(dense, ORIGIN_KEYS)
+        .select(*pending_columns, "prefix_end")
+        .unionByName(pending0.join(dense, ORIGIN_KEYS).select(*pending_columns, "prefix_end"))
+    )
+    progress_nulls = [F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS]
+    released = dense_rows.where(released_now).select(
+        "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls, "wm_key"
+    )
+    dense_origins = (
+        decisions.where("dense")
+        .select(*ORIGIN_KEYS, F.greatest("committed_seq", "prefix_end").alias("committed_seq"))
+        .where(F.col("committed_seq") > 0)
+    )
+    waiting = dense_rows.where(~released_now).select(*pending_columns)
+    seen = decisions.where("dense").select(*KEYS)
+    other_origins0 = origins0.join(dense, ORIGIN_KEYS, "left_anti")
+    other_pending0 = pending0.join(dense, ORIGIN_KEYS, "left_anti")
+    if decisions.where(~F.col("dense")).isEmpty():
+        bad_schema = StructType([*MARKS_SCHEMA.fields, StructField("reason", StringType())])
+        return _Progress(
+            released,
+            empty_frame(sequenced.sparkSession, bad_schema),
+            seen,
+            other_origins0.unionByName(dense_origins),
+            other_pending0.unionByName(waiting),
+        )
+    exact = exact_origins(sequenced.join(dense, ORIGIN_KEYS, "left_anti"), other_origins0, other_pending0, segments)
+    return _Progress(
+        exact.released.unionByName(released),
+        exact.bad,
+        exact.seen.unionByName(seen),
+        exact.origins.unionByName(dense_origins),
+        exact.pending.unionByName(waiting),
+    )
 
 
-def _advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> _Progress:
-    known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
+def sequence_reason() -> Column:
+    """Why a sequenced mark is bad on its own (row-local checks, unknown segment, bad numbers), or null;
+    needs the stream's ``known_segments``."""
     unknown_segment = (
         F.size(
             F.array_except(F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType()))))
@@ -472,14 +508,102 @@ def _advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
         | F.col("last_chunk").isNull()
     )
     row_local = _row_local_reason()
-    local_reason = (
+    return (
         F.when(row_local.isNotNull(), row_local)
         .when(unknown_segment, Quarantine.UNKNOWN_SEGMENT.value)
         .when(invalid_sequence, Quarantine.INVALID_SEQUENCE.value)
     )
+
+
+def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> DataFrame:
+    """Per origin with marks in the round: ``dense`` (see :func:`advance_origins`), its committed sequence
+    and, when dense, the end of its gap-free prefix.
+
+    Fixed-width aggregates only (no per-origin lists, which Spark sorts once an aggregation holds more
+    than a few hundred groups). Each sequence number sets bit ``seq - committed - 1`` of a 64-bit word
+    (word ``(seq - committed - 1) div 64``); a word's mark count above its bit count is a duplicate; the
+    prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011`` -> 5. The
+    checks of a mark's stream, key and writer are made once per origin, and those of its position (offsets,
+    unknown segments) on the exploded positions, where they are scalar comparisons and a broadcast join.
+    """
+    committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
+    committed = F.broadcast(origins0.select(*ORIGIN_KEYS, "committed_seq"))
+    lone = (F.col("chunk") == 1) & F.col("last_chunk")
+    valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
+    clean = _row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
+    numbers = (
+        sequenced.select(*ORIGIN_KEYS, "seq", clean.alias("clean"))
+        .unionByName(pending0.select(*ORIGIN_KEYS, "seq", lone.alias("clean")))
+        .join(committed, ORIGIN_KEYS, "left")
+        .select(
+            *ORIGIN_KEYS,
+            committed_seq.alias("committed_seq"),
+            # null for a number below 1 (not clean), so that no number can overflow
+            F.when(F.col("seq") >= 1, F.col("seq") - committed_seq - 1).alias("bit"),
+            "clean",
+        )
+    )
+    in_reach = (F.col("bit") >= 0) & (F.col("bit") < F.lit(MAX_PENDING_SEQUENCES))
+    words = numbers.groupBy(*ORIGIN_KEYS, "committed_seq", F.floor(F.col("bit") / 64).alias("word")).agg(
+        F.min(F.coalesce(F.col("clean") & in_reach, F.lit(False)).cast("int")).alias("clean"),
+        F.count("*").alias("marks"),
+        F.bit_or(F.when(in_reach, F.expr("shiftleft(CAST(1 AS BIGINT), CAST(pmod(bit, 64) AS INT))"))).alias("bits"),
+    )
+    full = F.col("bits") == F.lit(-1)
+    per_origin = words.groupBy(*ORIGIN_KEYS, "committed_seq").agg(
+        F.min("clean").alias("clean"),
+        (F.sum("marks") == F.sum(F.bit_count(F.coalesce("bits", F.lit(0))))).alias("distinct"),
+        F.collect_list(F.when(full, F.col("word"))).alias("full_words"),
+        # no entry for a null word (a mark without a number: not clean)
+        F.map_from_entries(F.collect_list(F.when(F.col("word").isNotNull(), F.struct("word", "bits")))).alias("words"),
+    )
+    exploded = sequenced.select(*ORIGIN_KEYS, F.explode("position").alias("segment_id", "offset"))
+    known = F.broadcast(segments.select("stream", "segment_id", F.lit(True).alias("known")))
+    bad_positions = (
+        exploded.join(known, ["stream", "segment_id"], "left")
+        .where(F.col("known").isNull() | F.col("offset").isNull() | (F.col("offset") < 0))
+        .select(*ORIGIN_KEYS)
+        .distinct()
+        .withColumn("bad_position", F.lit(True))
+    )
+    valid_keys = F.col("stream").rlike(STREAM_NAME_REGEX) & ~invalid_key()
+    dense = (F.col("clean") == 1) & F.col("distinct") & valid_keys & F.col("bad_position").isNull()
+    # the first word that is not full, and the first unset bit in it (the trailing ones of its bits)
+    first_open = F.array_min(
+        F.array_except(F.sequence(F.lit(0).cast(LongType()), F.size("full_words").cast(LongType())), "full_words")
+    )
+    open_bits = F.coalesce(F.try_element_at("words", first_open), F.lit(0).cast(LongType()))
+    trailing_ones = F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1
+    return per_origin.join(F.broadcast(bad_positions), ORIGIN_KEYS, "left").select(
+        *ORIGIN_KEYS,
+        "committed_seq",
+        F.coalesce(dense, F.lit(False)).alias("dense"),
+        F.when(dense, F.col("committed_seq") + first_open * 64 + trailing_ones).alias("prefix_end"),
+    )
+
+
+def exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> _Progress:
+    """The exact path: window functions in arrival order, for origins that are not dense.
+
+    Arrival order is (pending first, report time, chunk, time); the first of duplicates is kept. The
+    frame is checkpointed once and read by every output below.
+    """
+    spark = sequenced.sparkSession
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    # per-sequence aggregations and sorts can be as large as the marks themselves: not the small frames the
+    # rest of the round sizes its shuffles for (restored below)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(64, int(shuffle_partitions or 0))))
+    try:
+        return _exact_origins(sequenced, origins0, pending0, segments)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+
+
+def _exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> _Progress:
+    known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
     checked = (
         sequenced.join(F.broadcast(known), "stream", "left")
-        .withColumn("reason", local_reason)
+        .withColumn("reason", sequence_reason())
         .drop("known_segments")
         .withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
         .localCheckpoint()
@@ -1004,7 +1128,8 @@ def _manifest(
     for row in reason_counts:
         totals[row["reason"]] = totals.get(row["reason"], 0) + int(row["count"])
         if row["reason"] not in UNREPORTED:
-            per_stream.setdefault(_label(row), {})[row["reason"]] = int(row["count"])
+            reasons = per_stream.setdefault(_label(row), {})  # plain and sequenced marks may share a reason
+            reasons[row["reason"]] = reasons.get(row["reason"], 0) + int(row["count"])
     rejected_reasons = {r.value for r in Rejection}
     streams: dict[str, Any] = {}
     for row in sorted(rows, key=_label):

@@ -160,6 +160,16 @@ def test_a_scale_event_moves_the_cut_to_the_successor_segments(spark, tmp_path):
     }  # fmt: skip
 
 
+def test_a_plain_and_a_sequenced_mark_quarantined_for_the_same_reason_both_count(spark, tmp_path):
+    plain = mark("c", -1, {0: 3}, reported_at_ms=2_053)
+    numbered = replace(mark("c", -1, {1: 20}, reported_at_ms=3_542), origin_id="o", seq=1, chunk=1, last_chunk=True)
+    config = ControllerConfig(writer_timeout_ms=4_501, initial_delay_ms=1_050)
+    results = list(run_both(spark, tmp_path, [[], [plain, numbered]], config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert results[1][1]["streams"]["s"]["quarantined"] == {"INVALID_TIME_VALUE": 2}
+
+
 def test_keyed_marks_give_one_watermark_per_key_like_the_reference(spark, tmp_path):
     """Each key is a watermark of its own; ``eu`` lagging holds back neither ``us`` nor the unkeyed one."""
     config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
@@ -210,6 +220,20 @@ random_mark = st.builds(
     reported_at_ms=st.integers(0, 8_000),
     wm_key=st.sampled_from([None, None, None, "eu", "", "b:ad"]),
 )
+#: a third of the marks sequenced, mostly whole one-chunk sequences (the dense path), sometimes not
+random_progress = st.one_of(
+    st.just({}),
+    st.just({}),
+    st.fixed_dictionaries(
+        {
+            "origin_id": st.sampled_from([None, "o"]),
+            "seq": st.sampled_from([1, 2, 3, 4, 5, 6, 0]),
+            "chunk": st.sampled_from([1, 1, 1, 2]),
+            "last_chunk": st.sampled_from([True, True, True, False]),
+        }
+    ),
+)
+random_mark = st.tuples(random_mark, random_progress).map(lambda pair: replace(pair[0], **pair[1]))
 
 
 @pytest.mark.slow
