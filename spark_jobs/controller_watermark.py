@@ -840,13 +840,10 @@ def accept_marks(
     The quarantine also receives the sequenced marks that gap-free progress found bad (one write)."""
     suspect_keys = find_suspects(groups, writers0, segments).collect()  # at most one row per writer
     # a name is checked once instead of once per mark
-    bad_names = (
-        groups.select(*STREAM_KEYS)
-        .distinct()
-        .where(~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key())
-        .localCheckpoint()
-    )
-    has_bad_names = not bad_names.isEmpty()  # distinct names failing the pattern: few
+    bad_name_rows = (
+        groups.select(*STREAM_KEYS).distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key())
+    ).collect()  # distinct names failing the pattern: few
+    has_bad_names = bool(bad_name_rows)
     row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
     accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
     progress_bad = progress.bad.localCheckpoint()
@@ -860,6 +857,7 @@ def accept_marks(
         return _Accepted(accepted, accepted.select(*KEYS).union(progress.seen), progress_counts)
 
     suspects = spark.createDataFrame(suspect_keys, "stream string, wm_key string, writer_id string")
+    bad_names = spark.createDataFrame(bad_name_rows, "stream string, wm_key string")
     flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left").join(
         F.broadcast(bad_names.withColumn("bad_name", F.lit(True))), STREAM_KEYS, "left"
     )
