@@ -440,12 +440,13 @@ class _Progress:
 def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> _Progress:
     """``core.progress.advance`` for every origin with marks in the round.
 
-    Two paths. A *dense* origin, the common case, is decided by one aggregate per origin over the
-    sequence numbers alone: every chunk of it in the round and waiting in the state is a whole one-chunk
+    Two paths. A *dense* origin, the common case, is decided by fixed-width aggregates per origin
+    (:func:`origin_decisions`): every chunk of it in the round and waiting in the state is a whole one-chunk
     sequence, none is bad, all numbers are distinct, past the committed one and within reach. Its prefix
     then ends one before the first number missing after the committed one (committed 3, sequences 4 5 7
     -> 5; 6 is missing), and its rows are released or kept waiting through a broadcast join, with no
-    per-sequence shuffle. Every other origin takes the exact path (:func:`exact_origins`).
+    per-sequence shuffle. Every other origin with marks in the round takes the exact path
+    (:func:`exact_origins`).
     """
     sequenced = sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
     # one row per origin with marks in the round: small
@@ -532,8 +533,8 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
     clean = _row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
     numbers = (
-        sequenced.select(*ORIGIN_KEYS, "seq", clean.alias("clean"))
-        .unionByName(pending0.select(*ORIGIN_KEYS, "seq", lone.alias("clean")))
+        sequenced.select(*ORIGIN_KEYS, "seq", clean.alias("clean"), F.lit(1).alias("arrived"))
+        .unionByName(pending0.select(*ORIGIN_KEYS, "seq", lone.alias("clean"), F.lit(0).alias("arrived")))
         .join(committed, ORIGIN_KEYS, "left")
         .select(
             *ORIGIN_KEYS,
@@ -541,17 +542,20 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
             # null for a number below 1 (not clean), so that no number can overflow
             F.when(F.col("seq") >= 1, F.col("seq") - committed_seq - 1).alias("bit"),
             "clean",
+            "arrived",
         )
     )
     in_reach = (F.col("bit") >= 0) & (F.col("bit") < F.lit(MAX_PENDING_SEQUENCES))
     words = numbers.groupBy(*ORIGIN_KEYS, "committed_seq", F.floor(F.col("bit") / 64).alias("word")).agg(
         F.min(F.coalesce(F.col("clean") & in_reach, F.lit(False)).cast("int")).alias("clean"),
+        F.max("arrived").alias("arrived"),
         F.count("*").alias("marks"),
         F.bit_or(F.when(in_reach, F.expr("shiftleft(CAST(1 AS BIGINT), CAST(pmod(bit, 64) AS INT))"))).alias("bits"),
     )
     full = F.col("bits") == F.lit(-1)
     per_origin = words.groupBy(*ORIGIN_KEYS, "committed_seq").agg(
         F.min("clean").alias("clean"),
+        F.max("arrived").alias("arrived"),
         (F.sum("marks") == F.sum(F.bit_count(F.coalesce("bits", F.lit(0))))).alias("distinct"),
         F.collect_list(F.when(full, F.col("word"))).alias("full_words"),
         # no entry for a null word (a mark without a number: not clean)
@@ -574,7 +578,9 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     )
     open_bits = F.coalesce(F.try_element_at("words", first_open), F.lit(0).cast(LongType()))
     trailing_ones = F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1
-    return per_origin.join(F.broadcast(bad_positions), ORIGIN_KEYS, "left").select(
+    # an origin with chunks waiting but none arriving is not touched by the round (as in core)
+    arrivals = per_origin.where(F.col("arrived") == 1)
+    return arrivals.join(F.broadcast(bad_positions), ORIGIN_KEYS, "left").select(
         *ORIGIN_KEYS,
         "committed_seq",
         F.coalesce(dense, F.lit(False)).alias("dense"),

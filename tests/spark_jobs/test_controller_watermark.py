@@ -307,6 +307,21 @@ def test_sequences_arriving_out_of_order_over_rounds_match_the_reference(spark, 
     assert results[2][2].streams["s"].writers["w"].time_ms == 700
 
 
+def test_a_writer_with_waiting_sequences_and_no_marks_in_a_round_is_not_seen_in_it(spark, tmp_path):
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    other = [mark("u", 100 * r, {2: r}, reported_at_ms=2_000 * r - 500) for r in (1, 2, 3)]
+    rounds = [
+        [sequenced("w", 1, 100, 1_000), sequenced("w", 3, 300, 1_100), other[0]],
+        [sequenced("x", 1, 150, 3_000), other[1]],  # w's sequence 3 waits; w reports nothing
+        [sequenced("w", 2, 200, 5_000), other[2]],
+    ]
+    results = list(run_both(spark, tmp_path, rounds, config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert [m["streams"]["s"]["writers_seen"] for _, m, _ in results] == [2, 2, 2]
+    assert results[2][2].streams["s"].writers["w"].time_ms == 300
+
+
 def shuffled_rounds(draw_random, writers: int, sequences: int, rounds: int, chunked: bool):
     """Each writer's sequences 1..n (chunked: 1-2 chunks), times increasing, shuffled over ``rounds``; each
     writer reports for the unkeyed watermark or for key ``eu``, and the last one for both."""
