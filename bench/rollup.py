@@ -34,10 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from timing import best_of
-from windowed_aggregate import DAY_MS, T0_MS, generate
+from windowed_aggregate import DAY_MS, T0_MS, events_arguments, events_session, generate
 
 from airflow_provider_wm.core.windowing import (
     Accumulation,
@@ -87,25 +86,10 @@ def request(base: Path, name: str, spec: AggregationSpec, events: str, **fields:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=20_000_000)
-    parser.add_argument("--keys", type=int, default=1_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--driver-memory", default="6g")
+    parser = events_arguments(__doc__)
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True, help="time the native one")
     args = parser.parse_args()
-
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("bench-rollup")
-        .config("spark.driver.memory", args.driver_memory)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = events_session(args, "bench-rollup")
     work = Path(tempfile.mkdtemp(prefix="bench-rollup-"))
     try:
         events = str(work / "events")

@@ -61,19 +61,23 @@ def generate(spark: SparkSession, path: str, n: int, keys: int, first_id: int, s
     events.write.mode("append").parquet(path)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def events_arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options of the benchmarks over :func:`generate`'s events (this one and ``rollup.py``)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=20_000_000)
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--driver-memory", default="6g")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
-    args = parser.parse_args()
+    return parser
 
+
+def events_session(args: argparse.Namespace, app_name: str) -> SparkSession:
+    """The session both event benchmarks measure in: the given master and memory, 8 shuffle partitions,
+    microsecond Parquet timestamps (INT64, as the events are written)."""
     spark = (
         SparkSession.builder.master(args.master)
-        .appName("bench-windowed-aggregate")
+        .appName(app_name)
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "8")
@@ -81,6 +85,14 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main() -> None:
+    parser = events_arguments(__doc__)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
+    args = parser.parse_args()
+    spark = events_session(args, "bench-windowed-aggregate")
     work = Path(tempfile.mkdtemp(prefix="bench-windows-"))
     try:
         events = str(work / "events")

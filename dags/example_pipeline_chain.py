@@ -37,6 +37,21 @@ CATCHUP = int(os.environ.get("WM_EXAMPLE_CATCHUP_INTERVALS", "0"))
 LAST_DEMO_INTERVAL = START + timedelta(hours=3)
 DEMO_END = START + timedelta(hours=4)
 
+
+def wait_for(stream: str) -> StreamWatermarkSensor:
+    """Every stage waits the same way: in the triggerer until ``stream`` passes the interval end; a
+    stream that stays behind skips the rest of the run (the next run covers its data)."""
+    return StreamWatermarkSensor(
+        task_id=f"wait_for_{stream}",
+        stream=stream,
+        store_path=STORE,
+        deferrable=True,
+        poke_interval=2,
+        timeout=SENSOR_TIMEOUT,
+        soft_fail=True,
+    )
+
+
 with DAG(
     dag_id="example_pipeline_chain",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
@@ -47,15 +62,7 @@ with DAG(
     tags=["example", "watermark", "windows"],
     doc_md=__doc__,
 ) as dag:
-    wait_for_orders = StreamWatermarkSensor(
-        task_id="wait_for_orders",
-        stream="orders",
-        store_path=STORE,
-        deferrable=True,
-        poke_interval=2,
-        timeout=SENSOR_TIMEOUT,
-        soft_fail=True,
-    )
+    wait_for_orders = wait_for("orders")
     orders_5m = WindowedAggregateOperator(
         task_id="orders_5m",
         pipeline="orders_5m",
@@ -73,15 +80,7 @@ with DAG(
         store_path=STORE,
         spark_conn_id=SPARK_CONN_ID,
     )
-    wait_for_orders_5m = StreamWatermarkSensor(
-        task_id="wait_for_orders_5m",
-        stream="orders_5m",
-        store_path=STORE,
-        deferrable=True,
-        poke_interval=2,
-        timeout=SENSOR_TIMEOUT,
-        soft_fail=True,
-    )
+    wait_for_orders_5m = wait_for("orders_5m")
     orders_1h = WindowedAggregateOperator(
         task_id="orders_1h",
         pipeline="orders_1h",

@@ -853,8 +853,7 @@ def accept_marks(
     row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
     accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
     progress_bad = progress.bad.localCheckpoint()
-    # one row per watermark and reason
-    progress_counts = progress_bad.groupBy(*STREAM_KEYS, "reason").count().collect()
+    progress_counts = progress_bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # per watermark, reason: small
     if not (suspect_keys or row_local_bad or has_bad_names):
         if progress_counts:
             progress_bad.select(
