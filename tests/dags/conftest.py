@@ -15,8 +15,12 @@ import pytest
 from airflow_provider_wm.demo import data, order_events
 from tests.airflow_helpers import load_example_dag, run_dag
 
-CHAINED_HOURS = (1, 2)
-"""The controller holds ``orders`` back at 03:00 (a writer shut down): 01:00 and 02:00 are the clean hours."""
+CHAINED_HOURS = (1, 2, 3, 4)
+"""The demo's four hours. The controller holds ``orders`` back at 03:00 (a writer shut down): the 03:00 runs'
+sensors give up and skip the rest of their runs, and the 04:00 runs catch up on both hours."""
+HELD_BACK_HOUR = 3
+DEMO_HOURS_GROUP = "demo_hours"
+"""The xdist group of the tests that read these hours: one worker runs the hours once for all of them."""
 
 
 @dataclass
@@ -36,7 +40,7 @@ def downstream_of_the_controller(airflow_db, tmp_path_factory) -> Iterator[DemoH
 
     base = tmp_path_factory.mktemp("demo-hours")
     saved = {name: os.environ.get(name) for name in ("WM_EXAMPLE_BASE", "WM_EXAMPLE_SENSOR_TIMEOUT")}
-    os.environ.update(WM_EXAMPLE_BASE=str(base), WM_EXAMPLE_SENSOR_TIMEOUT="20")
+    os.environ.update(WM_EXAMPLE_BASE=str(base), WM_EXAMPLE_SENSOR_TIMEOUT="10")
     try:
         keys = [cutoff_variable_key("example_controller")] + [
             windowed_variable_key(p) for p in ("orders_5m", "orders_1h", "orders_deliveries_10m")
