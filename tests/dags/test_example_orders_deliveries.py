@@ -15,7 +15,7 @@ from airflow_provider_wm.core.windows import Tumbling
 from airflow_provider_wm.demo import data, order_events
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from tests.airflow_helpers import load_example_dag, xcom
-from tests.dags.conftest import DEMO_HOURS_GROUP, HELD_BACK_HOUR
+from tests.dags.conftest import HELD_BACK_HOUR
 
 TEN_MINUTES = 600_000
 
@@ -48,9 +48,8 @@ def ten_minute_window(moment) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(DEMO_HOURS_GROUP)
-def test_four_hours_merge_orders_and_deliveries_per_window_like_a_batch(downstream_of_the_controller):
-    demo = downstream_of_the_controller
+def test_four_hours_merge_orders_and_deliveries_per_window_like_a_batch(merge_hours):
+    demo = merge_hours
     for hour, (run, states) in zip(demo.hours, demo.runs["example_orders_deliveries"], strict=True):
         if hour == HELD_BACK_HOUR:  # ``orders`` stays behind 03:00 and is not idle: the merge waits for it
             assert states == {"wait_for_both": "skipped", "orders_deliveries_10m": "skipped"}, (hour, states)

@@ -16,7 +16,7 @@ from airflow_provider_wm.demo import data, order_events
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.state import windowed_variable_key
 from tests.airflow_helpers import load_example_dag, xcom
-from tests.dags.conftest import DEMO_HOURS_GROUP, HELD_BACK_HOUR
+from tests.dags.conftest import HELD_BACK_HOUR
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -45,11 +45,10 @@ def last_panes(rows: list[dict], names: tuple[str, ...]) -> dict[tuple[str, int]
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(DEMO_HOURS_GROUP)
 def test_four_hours_of_the_chain_give_hourly_numbers_equal_to_a_batch_over_accepted_events(
-    downstream_of_the_controller,
+    chain_hours,
 ):
-    demo = downstream_of_the_controller
+    demo = chain_hours
     base, store = demo.base, WatermarkStoreHook(str(demo.base / "store"))
     for hour, (run, states) in zip(demo.hours, demo.runs["example_pipeline_chain"], strict=True):
         end_ms = int((data.START + timedelta(hours=hour)).timestamp() * 1000)
