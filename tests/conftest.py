@@ -5,7 +5,9 @@ AIRFLOW_HOME must be set before anything imports airflow, so it is set at module
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,7 +17,24 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _scratch_dir() -> None:
+    """Temporary files in memory (``/dev/shm``) when the machine has it: the SQLite metadata DB, the
+    throw-away PostgreSQL server and every test's files. On disk, their commits' fsyncs kept the CPUs idle
+    waiting for I/O for a large part of the suite. Subprocesses (Airflow, ``spark-submit``, pytest-xdist's
+    workers) inherit TMPDIR; a TMPDIR set by the caller is kept."""
+    shm = Path("/dev/shm")
+    if os.environ.get("TMPDIR") or not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return
+    scratch = shm / "wm-tests"
+    scratch.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(scratch)
+
+
+_scratch_dir()
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="wm-airflow-home-"))
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
@@ -25,13 +44,17 @@ os.environ.setdefault("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "False")
 # 30 s without checking: a task would then run with the previous test's outlets.
 os.environ["AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL"] = "0"
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Spark's shuffle and block files go to the scratch dir too (its default is the JVM's /tmp, not TMPDIR).
+os.environ.setdefault("SPARK_LOCAL_DIRS", tempfile.gettempdir())
 # spark-submit and the venv's tools must resolve from the interpreter running the tests.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # spark-submit runs of the tests log warnings only and start no UI: a job's INFO lines (thousands) all go through
 # the Airflow task logger, which costs more CPU than the job on a 2-core machine.
 _SPARK_CONF_DIR = Path(tempfile.mkdtemp(prefix="wm-spark-conf-"))
-_SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+atexit.register(shutil.rmtree, _SPARK_CONF_DIR, ignore_errors=True)
+# -XX:-UsePerfData: no hsperfdata file in /tmp, which every JVM otherwise keeps writing to.
+_SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 (_SPARK_CONF_DIR / "log4j2.properties").write_text(
     "rootLogger.level = warn\n"
     "rootLogger.appenderRef.stdout.ref = console\n"
@@ -76,7 +99,7 @@ def spark() -> Iterator[object]:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseG1GC")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseG1GC -XX:-UsePerfData")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
