@@ -639,7 +639,6 @@ class Job:
                     F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
                     reason.alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
-                    F.lit(self.version).alias(RUN_PARTITION),
                 )
                 self._write_run_partition(late, self.request["late_output"])
         fresh, live_after = self.rollup_partials(classified, self.read_live())
@@ -693,7 +692,6 @@ class Job:
                     *[c for c in events.columns if c != "wm_t"],
                     F.col("wm_reason").alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
-                    F.lit(self.version).alias(RUN_PARTITION),
                 )
                 self._write_run_partition(late, request["late_output"])
             accepted = partials.where(F.col("window_start").isNotNull()).drop("wm_too_late", "wm_invalid", "wm_max_t")
@@ -715,8 +713,7 @@ class Job:
         assert windows is not None
         # decided twice (panes, state) from small frames: cheaper than materialising it in between
         decided = self.decide(windows, watermark)
-        panes = self.panes(decided, watermark).withColumn(RUN_PARTITION, F.lit(self.version))
-        self._write_run_partition(panes, request["output"])
+        self._write_run_partition(self.panes(decided, watermark), request["output"])
         fired_counts = Observation("fired")
         fires = F.col("wm_fires")
         counted = decided.observe(
@@ -773,10 +770,10 @@ class Job:
         }
 
     def _write_run_partition(self, frame: DataFrame, path: str) -> None:
-        """Replace this run's partition only (a retry or re-run overwrites its own rows)."""
-        frame.write.mode("overwrite").option("partitionOverwriteMode", "dynamic").partitionBy(RUN_PARTITION).parquet(
-            path
-        )
+        """Replace this run's partition ``<path>/wm_run=<version>`` only (a retry or re-run overwrites its own
+        rows). Written to the partition's path: Spark's dynamic partition overwrite would sort the rows by the
+        partition column and stage them first, for a partition known in advance."""
+        frame.write.mode("overwrite").parquet(f"{path.rstrip('/')}/{RUN_PARTITION}={self.version}")
 
 
 def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Column:
