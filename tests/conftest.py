@@ -23,9 +23,12 @@ def _scratch_dir() -> None:
     """Temporary files in memory (``/dev/shm``) when the machine has it: the SQLite metadata DB, the
     throw-away PostgreSQL server and every test's files. On disk, their commits' fsyncs kept the CPUs idle
     waiting for I/O for a large part of the suite. Subprocesses (Airflow, ``spark-submit``, pytest-xdist's
-    workers) inherit TMPDIR; a TMPDIR set by the caller is kept."""
+    workers) inherit TMPDIR; a TMPDIR set by the caller is kept, and so is /tmp when /dev/shm has less than
+    4 GiB free."""
     shm = Path("/dev/shm")
     if os.environ.get("TMPDIR") or not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return
+    if shutil.disk_usage(shm).free < 4 << 30:  # a container's small default (64 MiB) would fill up
         return
     scratch = shm / "wm-tests"
     scratch.mkdir(exist_ok=True)
