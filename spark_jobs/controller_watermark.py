@@ -206,7 +206,7 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, 
     (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
     is left out and counted.
     """
-    rows = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).distinct().collect()  # segments: tens to thousands
+    rows = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).distinct().collect()  # small: a stream has few segments
     by_stream: dict[str, dict[int, Segment]] = {}
     invalid = 0
     conflicting: set[tuple[str, int]] = set()
@@ -844,11 +844,11 @@ def accept_marks(
     """Fast path for writers whose sane marks are all accepted; exact path (second scan) for the rest.
 
     The quarantine also receives the sequenced marks that gap-free progress found bad (one write)."""
-    suspect_keys = find_suspects(groups, writers0, segments).collect()  # at most one row per writer
+    suspect_keys = find_suspects(groups, writers0, segments).collect()  # small: suspect writers, at most one row each
     # a name is checked once instead of once per mark
     bad_name_rows = (
         groups.select(*STREAM_KEYS).distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key())
-    ).collect()  # distinct names failing the pattern: few
+    ).collect()  # small: distinct names failing the pattern
     has_bad_names = bool(bad_name_rows)
     row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
     accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
