@@ -30,7 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from timing import best_of
 
-from spark_jobs.controller_watermark import RoundArgs, run_round
+from airflow_provider_wm.contracts import ControllerRequest
+from spark_jobs.controller_watermark import run as run_round
 
 T0 = 1_767_225_600_000
 STEP_MS = 1_000
@@ -156,7 +157,7 @@ def main() -> None:
                 out = work / tag.split()[0] / tag.split()[1]
                 run_round(
                     spark,
-                    RoundArgs(
+                    ControllerRequest(
                         controller="bench",
                         run_id="bench",
                         marks_path=marks_path,

@@ -44,6 +44,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
 from airflow_provider_wm.core.partitions import (
     DAY_MS,
     PartitionSpec,
@@ -55,7 +56,7 @@ from airflow_provider_wm.core.partitions import (
     plan,
     succeeded,
 )
-from spark_jobs.incremental_partitions import Job, merged_intervals, parse_args, run
+from spark_jobs.incremental_partitions import Job, merged_intervals, run
 
 HOURLY_FROM, HOURLY_TO = "2016-01-01", "2026-01-01"
 SOURCE_START = "2025-01-01"
@@ -209,28 +210,32 @@ def execute(spark: SparkSession, work: Path, the_plan: Plan, name: str, target: 
         for u in the_plan.executing()
     ]
     plan_file.write_text(json.dumps({"work_units": units}))
-    args = parse_args(job_argv(work, name, plan_file, target))
+    request = job_request(work, name, units, target)
     start = time.perf_counter()
-    manifest = run(spark, args)
+    manifest = run(spark, request).to_json()
     return manifest, time.perf_counter() - start
 
 
-def job_argv(work: Path, name: str, plan_file: Path, target: Path) -> list[str]:
-    return [
-        "--pipeline", "bench", "--run-id", name, "--plan", str(plan_file),
-        "--source", str(work / "source"), "--time-column", "event_time",
-        "--unit-column", "region", "--source-partition-column", "event_date",
-        "--transform-sql", "SELECT * FROM source",
-        "--target", str(target), "--round-out", str(work / "runs" / name),
-    ]  # fmt: skip
+def job_request(work: Path, name: str, units: list[dict[str, Any]], target: Path) -> PartitionsRequest:
+    return PartitionsRequest(
+        pipeline="bench",
+        run_id=name,
+        work_units=[WorkUnitRequest.from_json({"reason": "new", **u}) for u in units],
+        source=str(work / "source"),
+        time_column="event_time",
+        unit_column="region",
+        source_partition_column="event_date",
+        transform_sql="SELECT * FROM source",
+        target=str(target),
+        round_out=str(work / "runs" / name),
+    )
 
 
 def scan_selection(spark: SparkSession, work: Path, name: str, target: Path) -> str:
     """Source partitions and files the job's read selects (partition pruning), from the planned scan."""
     try:
-        args = parse_args(job_argv(work, name, work / "runs" / f"{name}-plan.json", target))
         units = json.loads((work / "runs" / f"{name}-plan.json").read_text())["work_units"]
-        frame, _ = Job(spark, args, units).rows(units)
+        frame, _ = Job(spark, job_request(work, name, units, target), units).rows(units)
         leaves = frame._jdf.queryExecution().sparkPlan().collectLeaves()  # the physical plan before AQE
         for i in range(leaves.size()):
             node = leaves.apply(i)

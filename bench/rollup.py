@@ -46,7 +46,7 @@ from airflow_provider_wm.core.windowing import (
     UpstreamPanes,
 )
 from airflow_provider_wm.core.windows import Tumbling
-from spark_jobs import windowed_aggregate
+from spark_jobs.windowed_aggregate import run_request as run_windowed
 
 FIVE_MINUTES = Tumbling(300_000)
 AGGREGATE = AggregationSpec(
@@ -74,7 +74,6 @@ def request(base: Path, name: str, spec: AggregationSpec, events: str, **fields:
         "version": 1,
         "spec": spec.to_json(),
         "events": events,
-        "previous": {},
         "source_watermark_ms": T0_MS + DAY_MS,
         "state_in": None,
         "state_out": str(base / "state"),
@@ -105,7 +104,7 @@ def main() -> None:
         rollups = itertools.count()
 
         def aggregate() -> None:  # overwrites its own wm_run=1 partition and state each time
-            manifests["aggregate"] = windowed_aggregate.run(spark, five)
+            manifests["aggregate"] = run_windowed(spark, five)
 
         def rollup() -> None:  # fresh state, live and output folders each time
             base = work / f"agg1h-{next(rollups)}"
@@ -113,7 +112,7 @@ def main() -> None:
                 base, "agg1h", ROLLUP, five["output"], event_time="window_start", arrival_column=None,
                 arrival_from_ms=0, arrival_until_ms=1, live_in=None, live_out=str(base / "live"),
             )  # fmt: skip
-            manifests["rollup"] = windowed_aggregate.run(spark, hourly)
+            manifests["rollup"] = run_windowed(spark, hourly)
 
         def baseline() -> None:
             spark.read.parquet(events).groupBy(F.window("event_time", "5 minutes"), "key").agg(

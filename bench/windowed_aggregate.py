@@ -35,7 +35,7 @@ from timing import best_of
 
 from airflow_provider_wm.core.windowing import Aggregate, AggregationSpec, BoundedOutOfOrderness
 from airflow_provider_wm.core.windows import Session, Sliding, Tumbling, WindowFn
-from spark_jobs import windowed_aggregate
+from spark_jobs.windowed_aggregate import run_request as run_windowed
 
 T0_MS = 1_767_225_600_000
 DAY_MS = 86_400_000
@@ -127,7 +127,8 @@ def main() -> None:
                     "arrival_column": "ingested_at",
                     "arrival_from_ms": arrival_from,
                     "arrival_until_ms": until,
-                    "previous": previous,
+                    "previous_watermark_ms": previous.get("watermark_ms"),
+                    "previous_max_event_time_ms": previous.get("max_event_time_ms"),
                     "source_watermark_ms": None,
                     "state_in": state_in,
                     "state_out": str(work / tag / f"state-{version}"),  # noqa: B023
@@ -139,7 +140,7 @@ def main() -> None:
             manifests: list[dict[str, Any]] = []
 
             def first_run() -> None:
-                manifests.append(windowed_aggregate.run(spark, request(1, first_until, None, {}, None)))  # noqa: B023
+                manifests.append(run_windowed(spark, request(1, first_until, None, {}, None)))  # noqa: B023
 
             def baseline() -> None:
                 frame = spark.read.parquet(variant_events)  # noqa: B023
@@ -155,7 +156,7 @@ def main() -> None:
             previous = {"watermark_ms": first["watermark_ms"], "max_event_time_ms": first["max_event_time_ms"]}
 
             def incremental_run() -> None:
-                windowed_aggregate.run(
+                run_windowed(
                     spark,
                     request(2, first_until + DAY_MS, first_until, previous, first["state_path"]),  # noqa: B023
                 )

@@ -6,8 +6,9 @@ triggerer until the ``orders`` watermark passes the run's ``data_interval_end`` 
 events have arrived), and a downstream task reads the watermark the sensor saw.
 
 Connections and paths:
-- Spark: ``spark_conn_id=None`` runs on the embedded ``local[*]`` master. Set the environment variable
-  ``WM_SPARK_CONN_ID`` to the id of a Spark connection (e.g. ``spark://127.0.0.1:7077``) to use a cluster.
+- Spark: ``spark_conn_id=None`` runs the job as a client of the embedded Spark Connect server (started on
+  first use). Set the environment variable ``WM_SPARK_CONN_ID`` to the id of a ``spark_connect`` connection
+  (``spark-connect://host:15002``) or of a ``spark`` connection (``spark://127.0.0.1:7077``, spark-submit).
 - Data and store: ``$WM_EXAMPLE_BASE`` (default ``/tmp/airflow-provider-wm-example``), holding
   ``marks/`` and ``segments/`` (Parquet, see the README's data contracts) and ``store/``, the watermark
   store. ``python -m airflow_provider_wm.demo`` generates the data and runs this DAG.

@@ -19,8 +19,9 @@ not pass the interval end within the sensor's timeout, the sensor soft-fails and
 aggregate: the next run picks up every event that arrived since.
 
 Connections and paths:
-- Spark: ``spark_conn_id=None`` runs on the embedded ``local[*]`` master. Set the environment variable
-  ``WM_SPARK_CONN_ID`` to the id of a Spark connection (e.g. ``spark://127.0.0.1:7077``) to use a cluster.
+- Spark: ``spark_conn_id=None`` runs the job as a client of the embedded Spark Connect server (started on
+  first use). Set the environment variable ``WM_SPARK_CONN_ID`` to the id of a ``spark_connect`` connection
+  (``spark-connect://host:15002``) or of a ``spark`` connection (``spark://127.0.0.1:7077``, spark-submit).
 - Data and store: ``$WM_EXAMPLE_BASE`` (default ``/tmp/airflow-provider-wm-example``), holding
   ``order_events/`` (Parquet: ``order_id, region, event_time, amount, ingested_at``), the outputs
   ``orders_15m/`` (panes, by ``wm_run``) and ``orders_15m_late/``, and ``store/``, the watermark store.

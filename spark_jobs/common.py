@@ -1,18 +1,34 @@
-"""Helpers shared by the Spark jobs: sessions, atomic manifests, empty frames. No airflow imports."""
+"""Helpers shared by the Spark jobs: sessions, running a job and recording its manifest, empty frames.
+
+No airflow imports, and nothing that exists only in a classic session (the SparkContext, the JVM gateway,
+RDDs): every job also runs as a Spark Connect client (a test greps for them). Files other than datasets
+(requests, manifests) are read and written through fsspec (:mod:`airflow_provider_wm.documents`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
+import re
+import sys
+import threading
 import traceback
-import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, IntegralType, StringType, StructType, TimestampNTZType, TimestampType
 
-MANIFEST_NAME = "manifest.json"
+from airflow_provider_wm.contracts import JobFailure, JobManifest, JobRequest
+from airflow_provider_wm.documents import delete_tree, exists, read_document, write_document
+
+log = logging.getLogger(__name__)
+
+RequestT = TypeVar("RequestT", bound=JobRequest)
+ManifestT = TypeVar("ManifestT", bound=JobManifest)
 
 
 def get_session(app_name: str) -> SparkSession:
@@ -23,55 +39,83 @@ def get_session(app_name: str) -> SparkSession:
     return SparkSession.builder.appName(app_name).getOrCreate()
 
 
-def _hadoop_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return hpath, hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+@contextlib.contextmanager
+def active_session(spark: SparkSession) -> Iterator[None]:
+    """Make ``spark`` the thread's active session while a job runs, then restore the previous one.
 
-
-def write_json_atomic(spark: SparkSession, path: str, payload: dict[str, Any]) -> None:
-    """Write JSON through Hadoop's FileSystem (any scheme Spark can write) as temp file + rename.
-
-    A reader sees the old manifest or the new one, never half of one.
+    Over Spark Connect, ``localCheckpoint`` returns a frame of ``SparkSession.active()``, not of the session
+    it was called on (pyspark 4.2); a task's own session must be the active one, or joining the checkpoint
+    with the job's other frames fails with SESSION_NOT_SAME. A classic session needs nothing.
     """
-    text = json.dumps(payload, indent=2, sort_keys=True, default=str)
-    target, fs = _hadoop_path(spark, path)
-    tmp, _ = _hadoop_path(spark, f"{path}.tmp-{uuid.uuid4().hex}")
-    stream = fs.create(tmp, True)
+    registry = getattr(type(spark), "_active_session", None)
+    if not isinstance(registry, threading.local):
+        yield
+        return
+    previous = getattr(registry, "session", None)
+    registry.session = spark
     try:
-        stream.write(bytearray(text.encode("utf-8")))
+        yield
     finally:
-        stream.close()
-    if fs.exists(target):
-        fs.delete(target, False)
-    if not fs.rename(tmp, target):
-        raise OSError(f"could not rename {tmp} to {target}")
+        registry.session = previous
 
 
-def read_json(spark: SparkSession, path: str) -> Any:
-    """Read a small JSON document (a plan, a manifest) through Hadoop's FileSystem."""
-    source, fs = _hadoop_path(spark, path)
-    stream = fs.open(source)
+def run_and_record(
+    spark: SparkSession, request: RequestT, run: Callable[[SparkSession, RequestT], ManifestT]
+) -> ManifestT:
+    """Run a job and write its manifest atomically to ``request.manifest_url``; on an exception write a
+    :class:`JobFailure` there instead (the operator reports its error) and re-raise. Both run modes go
+    through here, so they leave the same files."""
     try:
-        reader = spark.sparkContext._jvm.java.io.BufferedReader(  # type: ignore[union-attr]
-            spark.sparkContext._jvm.java.io.InputStreamReader(stream, "UTF-8")  # type: ignore[union-attr]
-        )
-        text = "\n".join(iter(reader.readLine, None))
-    finally:
-        stream.close()
-    return json.loads(text)
+        manifest = run(spark, request)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        failure = JobFailure(job=request.job, error=error, traceback=traceback.format_exc(limit=20))
+        write_document(request.manifest_url, failure.to_json())
+        raise
+    write_document(request.manifest_url, manifest.to_json())
+    return manifest
+
+
+def submit_main(
+    request_type: type[RequestT], run: Callable[[SparkSession, RequestT], Any], argv: Sequence[str] | None = None
+) -> int:
+    """The spark-submit entry point of a job: ``<job>.py <request.json URL>``. The driver's log gets one
+    summary line (the manifest's totals), not the job's frames."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if len(arguments) != 1:
+        raise SystemExit(f"usage: {request_type.job}.py <request.json URL>")
+    document = read_document(arguments[0])
+    if document is None:
+        raise SystemExit(f"no request at {arguments[0]}")
+    request = request_type.from_json(document)
+    spark = get_session(f"wm-{request.job}")
+    manifest = run_and_record(spark, request, run)
+    print(f"{request.job}: {json.dumps(manifest.to_json().get('totals'), sort_keys=True)}", flush=True)
+    return 0
+
+
+def path_exists(spark: SparkSession, path: str) -> bool:
+    """Whether a dataset or file exists (checked through fsspec by the process that plans the job)."""
+    return exists(path)
 
 
 def delete_path(spark: SparkSession, path: str) -> bool:
     """Delete a file or directory tree; False when it did not exist."""
-    target, fs = _hadoop_path(spark, path)
-    return bool(fs.delete(target, True))
+    return delete_tree(path)
 
 
-def path_exists(spark: SparkSession, path: str) -> bool:
-    target, fs = _hadoop_path(spark, path)
-    return bool(fs.exists(target))
+def size_shuffles(spark: SparkSession) -> None:
+    """Unless the submitter chose, shuffle into as many partitions as a local master has cores, not Spark's 200.
+
+    After a job's first scan its frames are small; 200 partitions per shuffle would cost more than the work.
+    Read from the session's conf (no ``sparkContext``: this also runs over Spark Connect).
+    """
+    if spark.conf.get("spark.sql.shuffle.partitions") != "200":
+        return
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", str(spark.conf.get("spark.master", "")))
+    if match:
+        cores = (os.cpu_count() or 2) if match.group(1) in (None, "*") else int(match.group(1))
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, cores)))
 
 
 def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
@@ -87,26 +131,6 @@ def read_parquet_or_empty(spark: SparkSession, path: str | None, schema: StructT
     if missing:
         raise ValueError(f"dataset {path} lacks required columns {missing}; it has {df.columns}")
     return df.select(*[df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
-
-
-def write_manifest_after(
-    spark: SparkSession, job: str, manifest_path: str, compute: Callable[[], dict[str, Any]]
-) -> int:
-    """Run ``compute`` and write its manifest atomically; on an exception write a ``failed`` manifest (the
-    operator reads the error from it) and re-raise, so ``spark-submit`` exits non-zero."""
-    try:
-        manifest = compute()
-    except Exception as exc:
-        failed = {
-            "status": "failed",
-            "job": job,
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(limit=20),
-        }
-        write_json_atomic(spark, manifest_path, failed)
-        raise
-    write_json_atomic(spark, manifest_path, manifest)
-    return 0
 
 
 def parse_time(column: Column, data_type: Any, name: str) -> Column:

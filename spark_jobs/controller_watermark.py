@@ -25,11 +25,10 @@ rejected marks with a ``reason``, and ``manifest.json`` written atomically last.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -45,6 +44,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from airflow_provider_wm.contracts import ControllerManifest, ControllerRequest
 from airflow_provider_wm.core.controller import (
     STREAM_NAME_PATTERN,
     MarkKind,
@@ -56,12 +56,12 @@ from airflow_provider_wm.core.controller import (
 from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from airflow_provider_wm.core.segments import Segment, complete_cut
 from spark_jobs.common import (
-    MANIFEST_NAME,
+    active_session,
     empty_frame,
-    get_session,
     path_exists,
     read_parquet_or_empty,
-    write_manifest_after,
+    size_shuffles,
+    submit_main,
 )
 
 POSITION = MapType(LongType(), LongType())
@@ -152,24 +152,6 @@ STREAM_NAME_REGEX = f"^(?:{STREAM_NAME_PATTERN})\\z"
 WAITING_SAMPLE = 20
 #: Reasons counted in the round's totals only: the row names no valid watermark (``core`` does the same).
 UNREPORTED = (Quarantine.INVALID_STREAM.value, Quarantine.INVALID_WM_KEY.value)
-
-
-@dataclass(frozen=True)
-class RoundArgs:
-    """Everything one round needs; the operator passes these on the spark-submit command line."""
-
-    controller: str
-    run_id: str
-    marks_path: str
-    segments_path: str
-    state_out: str
-    round_out: str
-    now_ms: int
-    writer_timeout_ms: int
-    initial_delay_ms: int
-    state_in: str | None = None
-    processed_until_ms: int | None = None
-    processed_marks: int = 0
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -277,18 +259,18 @@ def invalid_key() -> Column:
     return (F.col("wm_key") != "") & ~F.col("wm_key").rlike(STREAM_NAME_REGEX)
 
 
-def count_late_marks(marks: DataFrame, args: RoundArgs) -> tuple[int, int]:
+def count_late_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int]:
     """(late marks, marks reported up to now): see ``core.controller.late_marks``.
 
     One pass over the ``reported_at_ms`` column only, so the main scan can still skip old row groups.
     """
     reported = F.col("reported_at_ms")
-    past = F.lit(False) if args.processed_until_ms is None else reported <= F.lit(args.processed_until_ms)
+    past = F.lit(False) if request.processed_until_ms is None else reported <= F.lit(request.processed_until_ms)
     row = marks.agg(
-        F.count(F.when(past, 1)).alias("past"), F.count(F.when(reported <= F.lit(args.now_ms), 1)).alias("total")
+        F.count(F.when(past, 1)).alias("past"), F.count(F.when(reported <= F.lit(request.now_ms), 1)).alias("total")
     ).first()
     assert row is not None
-    late = 0 if args.processed_until_ms is None else max(0, int(row["past"]) - args.processed_marks)
+    late = 0 if request.processed_until_ms is None else max(0, int(row["past"]) - request.processed_marks)
     return late, int(row["total"])
 
 
@@ -1016,20 +998,22 @@ def stream_decisions(
     )
 
 
-def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
+def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     """Compute one round, write the state and the quarantine, and return the manifest (not yet written)."""
     started = time.time()
-    _size_shuffles(spark)
-    segments, segments_by_stream, invalid_segments = read_segments(spark, args.segments_path)
+    size_shuffles(spark)
+    segments, segments_by_stream, invalid_segments = read_segments(spark, request.segments_path)
     # states written before keyed watermarks have no wm_key column: read as the unkeyed watermark
-    writers0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "writers"), WRITERS_STATE_SCHEMA))
-    streams0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "streams"), STREAMS_STATE_SCHEMA))
-    origins0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "origins"), ORIGINS_STATE_SCHEMA))
-    pending0 = with_key(read_parquet_or_empty(spark, _join(args.state_in, "pending"), PENDING_STATE_SCHEMA))
+    writers0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "writers"), WRITERS_STATE_SCHEMA))
+    streams0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "streams"), STREAMS_STATE_SCHEMA))
+    origins0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "origins"), ORIGINS_STATE_SCHEMA))
+    pending0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "pending"), PENDING_STATE_SCHEMA))
 
-    marks = read_marks(spark, args.marks_path)
-    late, processed_marks = count_late_marks(marks, args)
-    sequenced_now = F.coalesce(is_sequenced() & in_round_condition(args.now_ms, args.processed_until_ms), F.lit(False))
+    marks = read_marks(spark, request.marks_path)
+    late, processed_marks = count_late_marks(marks, request)
+    sequenced_now = F.coalesce(
+        is_sequenced() & in_round_condition(request.now_ms, request.processed_until_ms), F.lit(False)
+    )
     sequenced = marks.where(sequenced_now)
     if sequenced.limit(1).count():  # reads only the progress columns: cheap when there are none
         progress = advance_origins(sequenced, origins0, pending0, segments)
@@ -1041,16 +1025,16 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
             origins=origins0,
             pending=pending0,
         )
-    tagged = tag_marks(marks.where(~sequenced_now), args.now_ms, args.processed_until_ms).unionByName(
+    tagged = tag_marks(marks.where(~sequenced_now), request.now_ms, request.processed_until_ms).unionByName(
         progress.released.withColumn("tag", F.lit(VALUE))
     )
     groups = aggregate_marks(tagged).localCheckpoint()  # the one scan of the marks in the common case
     deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks")).first()
-    accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{args.round_out}/quarantine", progress)
+    accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{request.round_out}/quarantine", progress)
     writers, per_writer = next_writer_states(accepted.groups, writers0)
-    active = active_writers(writers, streams0, args.now_ms, args.writer_timeout_ms).localCheckpoint()
+    active = active_writers(writers, streams0, request.now_ms, request.writer_timeout_ms).localCheckpoint()
     decisions = stream_decisions(
-        spark, streams0, active, per_writer, accepted, args.now_ms, args.initial_delay_ms
+        spark, streams0, active, per_writer, accepted, request.now_ms, request.initial_delay_ms
     ).localCheckpoint()
 
     emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select(*STREAM_KEYS)
@@ -1076,16 +1060,16 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
         F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
         F.when(is_emitted, F.coalesce("cut", F.create_map().cast(POSITION))).otherwise(F.col("wm_cut")).alias("wm_cut"),
-        F.when(is_emitted, F.lit(args.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+        F.when(is_emitted, F.lit(request.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
         F.when(is_emitted, F.col("cut_complete")).otherwise(True).alias("cut_complete"),
     )
 
-    active.select(*WRITERS_STATE_SCHEMA.fieldNames()).write.mode("overwrite").parquet(f"{args.state_out}/writers")
-    progress.origins.write.mode("overwrite").parquet(f"{args.state_out}/origins")
-    progress.pending.write.mode("overwrite").parquet(f"{args.state_out}/pending")
+    active.select(*WRITERS_STATE_SCHEMA.fieldNames()).write.mode("overwrite").parquet(f"{request.state_out}/writers")
+    progress.origins.write.mode("overwrite").parquet(f"{request.state_out}/origins")
+    progress.pending.write.mode("overwrite").parquet(f"{request.state_out}/pending")
     pending_sequences = {
         _label(r): int(r["sequences"])
-        for r in spark.read.parquet(f"{args.state_out}/pending")
+        for r in spark.read.parquet(f"{request.state_out}/pending")
         .groupBy(*STREAM_KEYS)
         .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
         .collect()  # one row per watermark with waiting sequences
@@ -1097,29 +1081,19 @@ def run_round(spark: SparkSession, args: RoundArgs) -> dict[str, Any]:
         "wm_upper_ms",
         "wm_cut",
         "wm_computed_at_ms",
-    ).write.mode("overwrite").parquet(f"{args.state_out}/streams")
+    ).write.mode("overwrite").parquet(f"{request.state_out}/streams")
     deferred_marks = int(deferred[0] or 0) if deferred else 0
     per_stream = result.collect()  # one row per watermark, for the manifest
-    manifest = _manifest(args, per_stream, accepted.reason_counts, deferred_marks, invalid_segments, started)
+    manifest = _manifest(request, per_stream, accepted.reason_counts, deferred_marks, invalid_segments, started)
     for label, entry in manifest["streams"].items():
         entry["pending_sequences"] = pending_sequences.get(label, 0)
     manifest["processed_marks"] = processed_marks
     manifest["totals"]["late_marks"] = late
-    return manifest
-
-
-def _size_shuffles(spark: SparkSession) -> None:
-    """Unless the submitter chose, shuffle into as many partitions as there are cores, not Spark's 200.
-
-    After the single scan, every frame is small (writers x segments); 200 partitions per shuffle would cost
-    more than the work itself. The scan's aggregation still uses every core.
-    """
-    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
+    return ControllerManifest.from_json(manifest)
 
 
 def _manifest(
-    args: RoundArgs,
+    request: ControllerRequest,
     rows: Sequence[Any],
     reason_counts: Sequence[Any],
     deferred: int,
@@ -1156,11 +1130,11 @@ def _manifest(
     return {
         "status": "succeeded",
         "job": "controller_watermark",
-        "args": asdict(args),
-        "processed_from_ms": args.processed_until_ms,
-        "processed_until_ms": args.now_ms,
-        "state_path": args.state_out,
-        "quarantine_path": f"{args.round_out}/quarantine" if reason_counts else None,
+        "controller": request.controller,
+        "processed_from_ms": request.processed_until_ms,
+        "processed_until_ms": request.now_ms,
+        "state_path": request.state_out,
+        "quarantine_path": f"{request.round_out}/quarantine" if reason_counts else None,
         "totals": {
             "rejected": {k: v for k, v in sorted(totals.items()) if k in rejected_reasons},
             "quarantined": {k: v for k, v in sorted(totals.items()) if k not in rejected_reasons},
@@ -1199,42 +1173,15 @@ def _join(base: str | None, name: str) -> str | None:
 # ------------------------------------------------------------------------------------------ entry point
 
 
-def parse_args(argv: Sequence[str]) -> RoundArgs:
-    parser = argparse.ArgumentParser(description="One controller-watermark round")
-    parser.add_argument("--controller", required=True)
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--marks", required=True)
-    parser.add_argument("--segments", required=True)
-    parser.add_argument("--state-in")
-    parser.add_argument("--state-out", required=True)
-    parser.add_argument("--round-out", required=True)
-    parser.add_argument("--now-ms", type=int, required=True)
-    parser.add_argument("--processed-until-ms", type=int)
-    parser.add_argument("--processed-marks", type=int, default=0)
-    parser.add_argument("--writer-timeout-ms", type=int, required=True)
-    parser.add_argument("--initial-delay-ms", type=int, required=True)
-    ns = parser.parse_args(list(argv))
-    return RoundArgs(
-        controller=ns.controller,
-        run_id=ns.run_id,
-        marks_path=ns.marks,
-        segments_path=ns.segments,
-        state_in=ns.state_in,
-        state_out=ns.state_out,
-        round_out=ns.round_out,
-        now_ms=ns.now_ms,
-        processed_until_ms=ns.processed_until_ms,
-        processed_marks=ns.processed_marks,
-        writer_timeout_ms=ns.writer_timeout_ms,
-        initial_delay_ms=ns.initial_delay_ms,
-    )
+def run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
+    """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
+    with active_session(spark):
+        return _run(spark, request)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = get_session(f"wm-controller-{args.controller}")
-    manifest_path = f"{args.round_out}/{MANIFEST_NAME}"
-    return write_manifest_after(spark, "controller_watermark", manifest_path, lambda: run_round(spark, args))
+    """``controller_watermark.py <request.json URL>`` (spark-submit); the manifest goes to ``round_out``."""
+    return submit_main(ControllerRequest, run, argv)
 
 
 if __name__ == "__main__":

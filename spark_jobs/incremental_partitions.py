@@ -27,7 +27,6 @@ rows written, status and error; ``status`` is ``succeeded``, ``partial`` (some u
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import importlib
 import sys
@@ -48,16 +47,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
 from airflow_provider_wm.core.partitions import DAY_MS
-from spark_jobs.common import (
-    MANIFEST_NAME,
-    delete_path,
-    get_session,
-    parse_time,
-    path_exists,
-    read_json,
-    write_manifest_after,
-)
+from spark_jobs.common import active_session, delete_path, parse_time, path_exists, submit_main
 
 PARTITION_COLUMNS = ("wm_partition", "wm_unit")
 LIST_FOLDERS_UP_TO = 64
@@ -105,7 +97,7 @@ def _utc(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
-def read_filter(source: DataFrame, args: argparse.Namespace, intervals: list[tuple[int, int]]) -> Column | None:
+def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tuple[int, int]]) -> Column | None:
     """Partition pruning and predicate pushdown for ``intervals``; rows with a null time stay in (quarantine)."""
     conditions: list[Column] = []
     if args.source_partition_column:
@@ -143,7 +135,7 @@ def _any(conditions: list[Column]) -> Column:
     return result
 
 
-def load_transform(args: argparse.Namespace) -> Callable[[SparkSession, DataFrame], DataFrame]:
+def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame], DataFrame]:
     """The user's transformation: SQL over the view ``source``, or ``package.module:function``."""
     if args.transform_sql:
         statement = args.transform_sql
@@ -163,7 +155,7 @@ def load_transform(args: argparse.Namespace) -> Callable[[SparkSession, DataFram
 class Job:
     """One execution of a plan: the read, the transformation and the writes, per batch of work units."""
 
-    def __init__(self, spark: SparkSession, args: argparse.Namespace, units: list[dict[str, Any]]) -> None:
+    def __init__(self, spark: SparkSession, args: PartitionsRequest, units: list[dict[str, Any]]) -> None:
         self.spark = spark
         self.args = args
         self.units = units
@@ -337,15 +329,13 @@ class Job:
             outcomes[key] = {"status": "succeeded", "rows_written": count, "error": None}
 
 
-def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
+def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-    plan = read_json(spark, args.plan)
-    units: list[dict[str, Any]] = list(plan["work_units"])
-    manifest: dict[str, Any] = {"job": "incremental_partitions", "pipeline": args.pipeline, "run_id": args.run_id}
+    units: list[dict[str, Any]] = [u.to_json() for u in args.work_units]
     if not units:
-        return {**manifest, "status": "succeeded", "work_units": [], "quarantine": {}, "totals": {"work_units": 0}}
+        return PartitionsManifest(pipeline=args.pipeline, run_id=args.run_id)
     job = Job(spark, args, units)
     read_counts = job.rows_read()
     quarantined = job.quarantine()
@@ -356,8 +346,10 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
         key = work_unit_key(u)
         entries.append({**u, "wm_partition": key[0], "rows_read": read_counts.get(key, 0), **outcomes[key]})
     failed = sum(e["status"] == "failed" for e in entries)
-    return {
-        **manifest,
+    manifest = {
+        "job": "incremental_partitions",
+        "pipeline": args.pipeline,
+        "run_id": args.run_id,
         "status": "partial" if failed else "succeeded",
         "work_units": entries,
         "quarantine": quarantined,
@@ -370,30 +362,18 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict[str, Any]:
         },
         "write_id": job.write_id,
     }
+    return PartitionsManifest.from_json(manifest)
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--pipeline", required=True)
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--plan", required=True, help="JSON file with the work units to execute")
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--source-format", default="parquet")
-    parser.add_argument("--time-column", required=True)
-    parser.add_argument("--unit-column")
-    parser.add_argument("--source-partition-column")
-    parser.add_argument("--transform-sql")
-    parser.add_argument("--transform-callable")
-    parser.add_argument("--target", required=True)
-    parser.add_argument("--round-out", required=True, help="where the manifest and quarantine go")
-    return parser.parse_args(argv)
+def run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
+    """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
+    with active_session(spark):
+        return _run(spark, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = get_session(f"wm-partitions-{args.pipeline}")
-    manifest_path = f"{args.round_out}/{MANIFEST_NAME}"
-    return write_manifest_after(spark, "incremental_partitions", manifest_path, lambda: run(spark, args))
+    """``incremental_partitions.py <request.json URL>`` (spark-submit); the manifest goes to ``round_out``."""
+    return submit_main(PartitionsRequest, run, argv)
 
 
 if __name__ == "__main__":

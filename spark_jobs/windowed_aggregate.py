@@ -37,10 +37,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType, StructType, TimestampType
 
+from airflow_provider_wm.contracts import WindowedInput, WindowedManifest, WindowedRequest
 from airflow_provider_wm.core.windowing import (
     OUTPUT_COLUMNS,
     ROW_COLUMN,
@@ -54,14 +55,7 @@ from airflow_provider_wm.core.windowing import (
     next_watermark,
 )
 from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
-from spark_jobs.common import (
-    MANIFEST_NAME,
-    get_session,
-    path_exists,
-    read_json,
-    time_ms,
-    write_manifest_after,
-)
+from spark_jobs.common import active_session, path_exists, submit_main, time_ms
 
 RUN_PARTITION = "wm_run"
 _SESSION_PARKING_MS = -(2**45)
@@ -76,17 +70,16 @@ LIVE_META = ("pane_index", "retraction", "upstream_run")
 class Job:
     """One run over a request (see :func:`main`); the methods follow the module docstring's steps."""
 
-    def __init__(self, spark: SparkSession, request: dict[str, Any]) -> None:
+    def __init__(self, spark: SparkSession, request: WindowedRequest) -> None:
         self.spark = spark
         self.request = request
-        self.spec = AggregationSpec.from_json(request["spec"])
+        self.spec = AggregationSpec.from_json(request.spec)
         self.keys = list(self.spec.keys)
-        self.run_id = str(request["run_id"])
-        self.version = int(request["version"])
-        previous = request.get("previous") or {}
-        self.previous_watermark: int | None = previous.get("watermark_ms")
-        self.previous_max_event: int | None = previous.get("max_event_time_ms")
-        self.source_watermark: int | None = request.get("source_watermark_ms")
+        self.run_id = request.run_id
+        self.version = request.version
+        self.previous_watermark: int | None = request.previous_watermark_ms
+        self.previous_max_event: int | None = request.previous_max_event_time_ms
+        self.source_watermark: int | None = request.source_watermark_ms
 
     # ------------------------------------------------------------------------------------------ partials
 
@@ -162,40 +155,45 @@ class Job:
 
     # --------------------------------------------------------------------------------------------- read
 
-    def read_events(self, source: dict[str, Any] | None = None) -> DataFrame | None:
+    def read_events(self, source: WindowedInput | None = None) -> DataFrame | None:
         """The run's events of the request's input (or of one of its ``inputs``), with ``wm_t``, their time in
         epoch ms; ``None`` when the events path does not exist (no data has arrived there)."""
         request = self.request
-        source = request if source is None else source
-        if not path_exists(self.spark, source["events"]):
+        if source is None:
+            if request.events is None or request.event_time is None:
+                raise ValueError("the request names no events and no event_time")
+            source = WindowedInput(
+                "", request.events, request.event_time, request.arrival_column, request.events_format
+            )
+        if not path_exists(self.spark, source.events):
             return None
-        events = self.spark.read.format(source.get("events_format", "parquet")).load(source["events"])
-        arrival_column = source.get("arrival_column")
+        events = self.spark.read.format(source.events_format).load(source.events)
+        arrival_column = source.arrival_column
         if arrival_column:
             if arrival_column not in events.columns:
-                raise ValueError(f"arrival_column={arrival_column!r} is not a column of {source['events']}")
+                raise ValueError(f"arrival_column={arrival_column!r} is not a column of {source.events}")
             raw_type = events.schema[arrival_column].dataType
-            until, since = int(request["arrival_until_ms"]), request.get("arrival_from_ms")
+            until, since = request.arrival_until_ms, request.arrival_from_ms
             arrival = time_ms(F.col(arrival_column), raw_type, arrival_column)
             condition = arrival <= F.lit(until)
             if since is not None:
                 condition = condition & (arrival > F.lit(int(since)))
             events = events.where(_pushable(F.col(arrival_column), raw_type, since, until)).where(condition)
-        name = source["event_time"]
+        name = source.event_time
         missing = [c for c in [name, *self.keys] if c not in events.columns]
         if missing:
-            raise ValueError(f"events {source['events']} lack the columns {missing}; they have {events.columns}")
+            raise ValueError(f"events {source.events} lack the columns {missing}; they have {events.columns}")
         return events.withColumn("wm_t", time_ms(F.col(name), events.schema[name].dataType, name))
 
     def read_merged_events(self) -> DataFrame | None:
         """The events of every input (:func:`merge_inputs`): keys as they are, every other column prefixed with
         the input's name, plus the input's row marker; ``None`` when no input has any."""
         frames = []
-        for source in self.request["inputs"]:
+        for source in self.request.inputs or []:
             events = self.read_events(source)
             if events is None:
                 continue
-            name = source["name"]
+            name = source.name
             frames.append(
                 events.select(
                     *self.keys,
@@ -279,10 +277,10 @@ class Job:
     def read_panes(self) -> DataFrame | None:
         """The upstream's pane rows of the versions ``(arrival_from, arrival_until]``; ``None``: none written."""
         request = self.request
-        if not path_exists(self.spark, request["events"]):
+        if request.events is None or not path_exists(self.spark, request.events):
             return None
         try:
-            panes = self.spark.read.parquet(request["events"])
+            panes = self.spark.read.parquet(request.events)
         except AnalysisException as error:  # the upstream has run but not fired yet: no data files
             if error.getCondition() == "UNABLE_TO_INFER_SCHEMA":
                 return None
@@ -290,11 +288,11 @@ class Job:
         needed = ["window_start", "window_end", "pane_index", "retraction", RUN_PARTITION, *self.keys]
         missing = [c for c in needed if c not in panes.columns]
         if missing:
-            raise ValueError(f"upstream panes {request['events']} lack the columns {missing}; have {panes.columns}")
+            raise ValueError(f"upstream panes {request.events} lack the columns {missing}; have {panes.columns}")
         run = F.col(RUN_PARTITION).cast("long")
-        condition = run <= F.lit(int(request["arrival_until_ms"]))
-        if request.get("arrival_from_ms") is not None:
-            condition = condition & (run > F.lit(int(request["arrival_from_ms"])))
+        condition = run <= F.lit(request.arrival_until_ms)
+        if request.arrival_from_ms is not None:
+            condition = condition & (run > F.lit(request.arrival_from_ms))
         return panes.where(condition)
 
     def target_bounds(self, fine_start: Column, fine_end: Column) -> tuple[Column, Column]:
@@ -311,7 +309,7 @@ class Job:
         return [c for c in panes.columns if c not in (*OUTPUT_COLUMNS, RUN_PARTITION, *self.keys)]
 
     def read_live(self) -> DataFrame | None:
-        live_in = self.request.get("live_in")
+        live_in = self.request.live_in
         if not live_in or not path_exists(self.spark, live_in):
             return None
         return self.spark.read.parquet(live_in)
@@ -403,7 +401,7 @@ class Job:
     # ------------------------------------------------------------------------------------------ combine
 
     def read_state(self) -> DataFrame | None:
-        state_in = self.request.get("state_in")
+        state_in = self.request.state_in
         if not state_in or not path_exists(self.spark, state_in):
             return None
         state = self.spark.read.parquet(state_in)
@@ -610,21 +608,15 @@ class Job:
         max_time = None
         if panes is not None:
             reason = F.col("wm_reason")
-            totals = Observation("pane_totals")
-            # read once (the later steps group, write and count from it); observed while it materialises
-            classified = (
-                self.classify_panes(panes)
-                .observe(
-                    totals,
-                    F.count(F.lit(1)).alias("rows"),
-                    *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
-                    F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_WINDOW.value), F.col("wm_t"))).alias(
-                        "max_t"
-                    ),
-                )
-                .localCheckpoint()
+            # read once (the later steps group, write and count from it)
+            classified, observed = checkpoint_with_totals(
+                self.classify_panes(panes),
+                F.count(F.lit(1)).alias("rows"),
+                *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
+                F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_WINDOW.value), F.col("wm_t"))).alias(
+                    "max_t"
+                ),
             )
-            observed = totals.get
             counts = {r.value: int(observed[r.value]) for r in LateReason if observed[r.value]}
             counts[None] = int(observed["rows"]) - sum(counts.values())
             max_time = observed["max_t"]
@@ -640,7 +632,7 @@ class Job:
                     reason.alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
                 )
-                self._write_run_partition(late, self.request["late_output"])
+                self._write_run_partition(late, self.request.late_output)
         fresh, live_after = self.rollup_partials(classified, self.read_live())
         if fresh is not None:
             fresh = self.with_fresh_flags(fresh).localCheckpoint()  # one row per window that got rows: small
@@ -650,13 +642,13 @@ class Job:
         """Rule 3; the store's value is passed in the request (``source_watermark_ms``)."""
         return next_watermark(self.spec.watermark, self.previous_watermark, max_event_time, self.source_watermark)
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> WindowedManifest:
         started = time.time()
         request = self.request
         if self.spec.upstream is not None:
             events = None
         else:
-            events = self.read_merged_events() if request.get("inputs") else self.read_events()
+            events = self.read_merged_events() if request.inputs else self.read_events()
         counts: dict[str | None, int] = {}
         fresh: DataFrame | None = None
         max_times: list[int | None] = [self.previous_max_event]
@@ -666,20 +658,13 @@ class Job:
             max_times.append(max_time)
         elif events is not None:
             classified = self.classified(events)
-            # the counts are observed while the scan materialises (no job of their own)
-            totals = Observation("totals")
-            partials = (
-                self.new_partials(classified)
-                .observe(
-                    totals,
-                    F.sum("wm_events").alias("events"),
-                    F.sum("wm_too_late").alias("too_late"),
-                    F.sum("wm_invalid").alias("invalid"),
-                    F.max("wm_max_t").alias("max_t"),
-                )
-                .localCheckpoint()
-            )  # one row per (keys, window): small
-            observed = totals.get
+            partials, observed = checkpoint_with_totals(  # one row per (keys, window): small
+                self.new_partials(classified),
+                F.sum("wm_events").alias("events"),
+                F.sum("wm_too_late").alias("too_late"),
+                F.sum("wm_invalid").alias("invalid"),
+                F.max("wm_max_t").alias("max_t"),
+            )
             too_late, invalid = int(observed["too_late"] or 0), int(observed["invalid"] or 0)
             counts = {
                 None: int(observed["events"] or 0) - too_late - invalid,
@@ -693,7 +678,7 @@ class Job:
                     F.col("wm_reason").alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
                 )
-                self._write_run_partition(late, request["late_output"])
+                self._write_run_partition(late, request.late_output)
             accepted = partials.where(F.col("window_start").isNotNull()).drop("wm_too_late", "wm_invalid", "wm_max_t")
             fresh = self.with_fresh_flags(accepted)
         seen = [v for v in max_times if v is not None]
@@ -704,8 +689,10 @@ class Job:
         if live_after is not None:
             horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
             kept = live_after if horizon is None else live_after.where(F.col("wm_target_end") > F.lit(horizon))
-            kept.drop("wm_target_end").write.mode("overwrite").parquet(request["live_out"])
-            live_path = request["live_out"]
+            if request.live_out is None:
+                raise ValueError("a rollup's request needs live_out")
+            kept.drop("wm_target_end").write.mode("overwrite").parquet(request.live_out)
+            live_path = request.live_out
         state = self.read_state()
         if fresh is None and state is None:
             return self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
@@ -713,7 +700,7 @@ class Job:
         assert windows is not None
         # decided twice (panes, state) from small frames: cheaper than materialising it in between
         decided = self.decide(windows, watermark)
-        self._write_run_partition(self.panes(decided, watermark), request["output"])
+        self._write_run_partition(self.panes(decided, watermark), request.output)
         fired_counts = Observation("fired")
         fires = F.col("wm_fires")
         counted = decided.observe(
@@ -723,9 +710,9 @@ class Job:
             F.count(F.lit(1)).alias("windows"),
             F.count(F.when(F.col("wm_purged"), 1)).alias("purged"),
         )
-        self.next_state(counted).write.mode("overwrite").parquet(request["state_out"])
+        self.next_state(counted).write.mode("overwrite").parquet(request.state_out)
         fired = fired_counts.get
-        return self._manifest(started, counts, watermark, max_event_time, fired, request["state_out"], live_path)
+        return self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
 
     def _manifest(
         self,
@@ -736,22 +723,22 @@ class Job:
         fired: Any,
         state_path: str | None,
         live_path: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> WindowedManifest:
         request = self.request
         pane_counts = {t.value: int(fired[t.value]) if fired else 0 for t in Timing}
         pane_counts["RETRACTION"] = int(fired["retractions"] or 0) if fired and self.spec.retracting else 0
         late = any(n for reason, n in counts.items() if reason is not None)
-        return {
+        manifest = {
             "status": "succeeded",
             "job": "windowed_aggregate",
-            "pipeline": request.get("pipeline"),
+            "pipeline": request.pipeline,
             "run_id": self.run_id,
             "version": self.version,
             "watermark_ms": watermark,
             "previous_watermark_ms": self.previous_watermark,
             "max_event_time_ms": max_event_time,
-            "arrival_from_ms": request.get("arrival_from_ms"),
-            "arrival_until_ms": request.get("arrival_until_ms"),
+            "arrival_from_ms": request.arrival_from_ms,
+            "arrival_until_ms": request.arrival_until_ms,
             "totals": {
                 "events_read": sum(counts.values()),
                 "events_aggregated": counts.get(None, 0),
@@ -762,18 +749,31 @@ class Job:
                 "windows_open": int(fired["windows"]) - int(fired["purged"]) if fired else 0,
                 "windows_purged": int(fired["purged"]) if fired else 0,
             },
-            "output": request["output"],
-            "late_output": request["late_output"] if late else None,
+            "output": request.output,
+            "late_output": request.late_output if late else None,
             "state_path": state_path,
             "live_path": live_path,
             "duration_s": round(time.time() - started, 3),
         }
+        return WindowedManifest.from_json(manifest)
 
     def _write_run_partition(self, frame: DataFrame, path: str) -> None:
         """Replace this run's partition ``<path>/wm_run=<version>`` only (a retry or re-run overwrites its own
         rows). Written to the partition's path: Spark's dynamic partition overwrite would sort the rows by the
         partition column and stage them first, for a partition known in advance."""
         frame.write.mode("overwrite").parquet(f"{path.rstrip('/')}/{RUN_PARTITION}={self.version}")
+
+
+def checkpoint_with_totals(frame: DataFrame, *totals: Column) -> tuple[DataFrame, Row]:
+    """``frame`` materialised once (``localCheckpoint``) and its totals, aggregated from the checkpoint.
+
+    Not ``observe``: over Spark Connect a checkpoint does not report observed metrics (pyspark 4.2), and the
+    aggregation reads the checkpoint's blocks, not the input again.
+    """
+    checkpoint = frame.localCheckpoint()
+    row = checkpoint.agg(*totals).first()
+    assert row is not None  # an aggregation without grouping has one row
+    return checkpoint, row
 
 
 def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Column:
@@ -789,19 +789,20 @@ def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Col
     return condition if since is None else condition & (raw > F.lit(literal(since)))
 
 
-def run(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    return Job(spark, request).run()
+def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run` on a request document, returning the manifest document (tests and benchmarks)."""
+    return run(spark, WindowedRequest.from_json(request)).to_json()
+
+
+def run(spark: SparkSession, request: WindowedRequest) -> WindowedManifest:
+    """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
+    with active_session(spark):
+        return Job(spark, request).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``windowed_aggregate.py <request.json>``: the manifest goes next to it (``round_out``)."""
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    if len(arguments) != 1:
-        raise SystemExit("usage: windowed_aggregate.py <request.json URL>")
-    spark = get_session("wm-windowed-aggregate")
-    request = read_json(spark, arguments[0])
-    manifest_path = f"{request['round_out'].rstrip('/')}/{MANIFEST_NAME}"
-    return write_manifest_after(spark, "windowed_aggregate", manifest_path, lambda: run(spark, request))
+    """``windowed_aggregate.py <request.json URL>`` (spark-submit); the manifest goes to ``round_out``."""
+    return submit_main(WindowedRequest, run, argv)
 
 
 if __name__ == "__main__":

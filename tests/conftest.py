@@ -1,4 +1,4 @@
-"""Test session set-up: an isolated AIRFLOW_HOME with a migrated SQLite DB, and one shared SparkSession.
+"""Test session set-up: an isolated AIRFLOW_HOME with a migrated SQLite DB, and one Spark Connect server.
 
 AIRFLOW_HOME must be set before anything imports airflow, so it is set at module import time.
 """
@@ -68,7 +68,6 @@ _SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePer
     "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
 )
 # Their driver JVMs live for seconds: the C1 compiler alone and the serial GC cut their CPU time by about 40%.
-# The shared in-process SparkSession lives for the whole session and keeps the JVM's defaults (see ``spark``).
 (_SPARK_CONF_DIR / "spark-defaults.conf").write_text(
     f"spark.ui.enabled false\nspark.driver.extraJavaOptions {_SHORT_LIVED_JVM_OPTIONS}\n"
 )
@@ -87,25 +86,48 @@ def airflow_db() -> Path:
     return _AIRFLOW_HOME
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    import logging
+def _free_port() -> int:
+    import socket
 
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# Every test session (each pytest-xdist worker) has a Spark Connect server of its own: the embedded default
+# of every operator without a Spark connection, the in-process DAG runs' and the subprocesses' (airflow
+# standalone, the scheduler on PostgreSQL) alike. It starts on first use (``spark_connect_url``, or the first
+# task) and is stopped when the session ends.
+_CONNECT_PORT = _free_port()
+os.environ["WM_SPARK_CONNECT_URL"] = f"sc://127.0.0.1:{_CONNECT_PORT}"
+os.environ.setdefault("WM_SPARK_CONNECT_DRIVER_MEMORY", "2g")
+
+
+def _stop_connect_server() -> None:
+    from airflow_provider_wm.spark_connect_server import stop_server
+
+    stop_server(_CONNECT_PORT)
+
+
+atexit.register(_stop_connect_server)
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url() -> str:
+    """The session's Spark Connect server (started here, warm), as ``sc://127.0.0.1:<port>``."""
+    from airflow_provider_wm.spark_connect_server import ensure_embedded_server
+
+    return ensure_embedded_server()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_connect_url: str) -> Iterator[object]:
+    """A Spark Connect session on the session's server: the jobs run over Spark Connect in the tests, as they
+    do in the embedded default (the tests that submit with ``spark-submit`` start JVMs of their own)."""
     from pyspark.sql import SparkSession
 
-    # py4j logs "Closing down clientserver connection" at exit, after pytest has closed its capture streams.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("wm-tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", "-XX:+UseG1GC -XX:-UsePerfData")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = SparkSession.builder.remote(spark_connect_url).create()
+    session.conf.set("spark.sql.shuffle.partitions", "4")
     yield session
     session.stop()
 

@@ -156,10 +156,11 @@ def run_spark_round(
     round_name: str = "r",
 ) -> tuple[dict[str, Any], str]:
     """Run the job's round in-process on the shared session; returns (manifest, state path)."""
-    from spark_jobs.controller_watermark import RoundArgs, run_round
+    from airflow_provider_wm.contracts import ControllerRequest
+    from spark_jobs.controller_watermark import run
 
     workdir.mkdir(parents=True, exist_ok=True)
-    args = RoundArgs(
+    request = ControllerRequest(
         controller="test",
         run_id=round_name,
         marks_path=write_marks(spark, marks, workdir / f"{round_name}-marks"),
@@ -173,7 +174,7 @@ def run_spark_round(
         writer_timeout_ms=writer_timeout_ms,
         initial_delay_ms=initial_delay_ms,
     )
-    return run_round(spark, args), args.state_out
+    return run(spark, request).to_json(), request.state_out
 
 
 # The issue's worked example: two rounds of three writers over THIRDS.

@@ -1,8 +1,9 @@
 """``python -m airflow_provider_wm.demo``: the README's main job.
 
 Sets up an embedded Airflow (SQLite) in ``$WM_DEMO_DIR`` (default ``./.demo``, wiped first), generates the
-example data, and runs the example DAGs through ``dag.test()`` (Spark ``local[*]`` through
-``SparkSubmitHook``; sensors defer and their triggers run inline):
+example data, starts the embedded Spark Connect server (``local[*]``; stopped at the end, Ctrl-C included)
+and runs the example DAGs through ``dag.test()`` (each Spark task a Spark Connect client of that server;
+sensors defer and their triggers run inline):
 
 1. ``dags/example_stream_watermark.py``, ``dags/example_joined_streams.py``,
    ``dags/example_windowed_aggregate.py``, ``dags/example_pipeline_chain.py`` and
@@ -47,6 +48,15 @@ def _prepare_environment() -> None:
 
 def main() -> int:
     _prepare_environment()
+    from airflow_provider_wm.spark_connect_server import embedded_server
+
+    print("Starting the embedded Spark Connect server (local[*]) ...", flush=True)
+    with embedded_server() as url:
+        print(f"Spark Connect server at {url}", flush=True)
+        return _run_demo()
+
+
+def _run_demo() -> int:
     from airflow_provider_wm.demo import data, order_events, report
 
     print(f"Demo directory: {DEMO_DIR}")

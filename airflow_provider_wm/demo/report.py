@@ -106,7 +106,7 @@ def render_partitions(store: Path, pipeline: str, outcomes: list[dict[str, Any]]
     for run_dir, outcome in zip(run_dirs, outcomes, strict=False):
         lines.append(f"\nRun {outcome['run_id']}: {outcome['state']}")
         for attempt in sorted(run_dir.glob("attempt-*")):
-            plan = json.loads((attempt / "plan.json").read_text())
+            plan = json.loads((attempt / "request.json").read_text())
             manifest_path = attempt / "manifest.json"
             manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
             by_reason: dict[str, list[str]] = {}

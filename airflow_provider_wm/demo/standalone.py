@@ -1,11 +1,12 @@
 """``python -m airflow_provider_wm.demo.standalone`` (``make airflow``): a real Airflow with our example DAGs and
-the Watermarks page, on loopback.
+the Watermarks page, on loopback, and the embedded Spark Connect server its tasks connect to.
 
 Runs ``airflow standalone`` (scheduler, dag-processor, triggerer, api-server; SQLite; LocalExecutor) in
 ``$WM_AIRFLOW_DIR`` (default ``./.airflow``) on ``127.0.0.1:$WM_AIRFLOW_PORT`` (default 8080), with the example
 data in ``$WM_AIRFLOW_DIR/data`` (the store the page shows is its ``store/``). The scheduler replays the demo's
 last ``$WM_EXAMPLE_CATCHUP_INTERVALS`` intervals (default 5; 0 replays nothing: trigger runs yourself). Log in as
-``admin`` with the password printed at start (kept in ``$WM_AIRFLOW_DIR/passwords.json``).
+``admin`` with the password printed at start (kept in ``$WM_AIRFLOW_DIR/passwords.json``). Ctrl-C or SIGTERM
+stops Airflow's process group and the Spark Connect server.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
+import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -82,7 +85,26 @@ def main() -> int:
         f"  replaying the demo's last {replay} intervals; Ctrl-C stops everything",
         flush=True,
     )
-    os.execvpe("airflow", ["airflow", "standalone"], env)
+    return run_until_stopped(["airflow", "standalone"], env)
+
+
+def run_until_stopped(command: list[str], env: dict[str, str]) -> int:
+    """Run ``command`` in a process group of its own beside the embedded Spark Connect server; Ctrl-C or
+    SIGTERM stops the whole group (scheduler, triggerer, api-server...) and then the server."""
+    from airflow_provider_wm.spark_connect_server import embedded_server, terminate_group
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    with embedded_server():
+        child = subprocess.Popen(command, env=env, start_new_session=True)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            terminate_group(child.pid, timeout=30)
+            child.wait()
+            return 0
 
 
 if __name__ == "__main__":

@@ -1,30 +1,34 @@
 """Submitting our Spark jobs through the apache-spark provider's ``SparkSubmitHook``.
 
-Two things the provider's hook does not do for us:
+This is the *submit* run mode (a ``spark`` connection; see :mod:`airflow_provider_wm.hooks.spark_job`).
+Three things the provider's hook does not do for us:
 
 - A named connection that does not exist makes ``SparkSubmitHook`` log a line and submit to YARN. Here it
   is an error that names the connection id.
-- Without a connection (``conn_id=None``) we run on an explicit embedded default, ``local[*]``, with the
-  driver's Python and ``spark-submit`` taken from the interpreter that runs Airflow, so the job can import
-  this package exactly as installed.
+- For masters on this machine (``local[*]``, ``spark://`` in client mode) the driver's Python and
+  ``spark-submit`` are taken from the interpreter that runs Airflow, so the job imports this package exactly
+  as installed.
+- The driver of a client-mode job is ``spark-submit``'s own JVM: its Spark logging is cut to warnings, so the
+  task log shows the job's summary, not thousands of INFO lines.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Collection
 from importlib import resources
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Connection
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowNotFoundException
 
-__all__ = ["EMBEDDED_MASTER", "SparkConnectionNotFound", "WmSparkSubmitHook", "job_application"]
+from airflow_provider_wm.spark_connect_server import quiet_java_options
 
-EMBEDDED_MASTER = "local[*]"
-_EMBEDDED_CONN_ID = "__wm_embedded_spark__"
+__all__ = ["SparkConnectionNotFound", "WmSparkSubmitHook", "job_application"]
+
+
+CONNECT_CLIENT_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_CONNECT_MODE")
 
 
 class SparkConnectionNotFound(LookupError):
@@ -40,54 +44,39 @@ def job_application(module: str) -> str:
 
 
 class WmSparkSubmitHook(SparkSubmitHook):
-    """``SparkSubmitHook`` with a clear error for a missing connection and an embedded ``local[*]`` default.
+    """``SparkSubmitHook`` with a clear error for a missing connection and this interpreter for local masters.
 
-    :param conn_id: Spark connection id, or ``None`` for the embedded ``local[*]`` master.
+    :param conn_id: a ``spark`` connection id.
     :param kwargs: passed to ``SparkSubmitHook`` unchanged (conf, application_args, name, ...).
     """
 
-    def __init__(self, *, conn_id: str | None, **kwargs: Any) -> None:
-        self._requested_conn_id = conn_id
-        super().__init__(conn_id=conn_id or _EMBEDDED_CONN_ID, **kwargs)
+    def __init__(self, *, conn_id: str, **kwargs: Any) -> None:
+        super().__init__(conn_id=conn_id, **kwargs)
         if self._runs_on_this_machine():
             self._use_this_interpreter()
 
     def get_connection(self, conn_id: str) -> Connection:  # type: ignore[override]
-        if conn_id == _EMBEDDED_CONN_ID:
-            return Connection(conn_id=conn_id, conn_type="spark", host=EMBEDDED_MASTER)
         try:
             return super().get_connection(conn_id)
         except AirflowNotFoundException as exc:
             raise SparkConnectionNotFound(
                 f"spark_conn_id={conn_id!r}: no such Airflow connection. Define it (for example "
                 f"AIRFLOW_CONN_{conn_id.upper()}='spark://127.0.0.1:7077', or a Spark connection whose host "
-                f"is local[*]) or pass spark_conn_id=None to run on the embedded {EMBEDDED_MASTER} master. "
+                "is local[*]) or pass spark_conn_id=None for the embedded Spark Connect server. "
                 "(SparkSubmitHook alone would silently submit to YARN.)"
             ) from exc
 
-    def submit_job(
-        self,
-        module: str,
-        manifest_url: str,
-        read_manifest: Callable[[str], dict[str, Any] | None],
-        what: str,
-        accepted: Collection[str] = ("succeeded",),
-    ) -> dict[str, Any]:
-        """Submit one of our jobs and return its manifest; a failure names the job's own error (from its
-        ``failed`` manifest) and says that the state is unchanged."""
+    def submit_application(self, module: str) -> None:
+        """Submit ``spark_jobs/<module>.py`` with this hook's application arguments (raises on failure).
+
+        A process that has opened a Spark Connect session carries ``SPARK_CONNECT_MODE_ENABLED`` (pyspark sets
+        it) and perhaps ``SPARK_REMOTE``; ``spark-submit`` inherits the environment, and its driver would then
+        take itself for a Connect client. They are left out of the submitted job's environment."""
+        connect_only = {name: os.environ.pop(name) for name in CONNECT_CLIENT_VARIABLES if name in os.environ}
         try:
             self.submit(job_application(module))
-        except Exception as exc:
-            failed = read_manifest(manifest_url)
-            if failed and failed.get("status") == "failed":
-                raise AirflowException(f"{what} failed: {failed.get('error')}; the state is unchanged") from exc
-            raise
-        manifest = read_manifest(manifest_url)
-        if manifest is None or manifest.get("status") not in accepted:
-            raise AirflowException(
-                f"{what} finished without a usable manifest at {manifest_url}: {manifest!r}; the state is unchanged"
-            )
-        return manifest
+        finally:
+            os.environ.update(connect_only)
 
     @property
     def master(self) -> str:
@@ -105,4 +94,6 @@ class WmSparkSubmitHook(SparkSubmitHook):
         env = dict(self._env_vars or {})
         bin_dir = os.path.dirname(python)
         env.setdefault("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+        # in client mode the driver is spark-submit's own JVM: Spark's INFO lines would fill the task log
+        env.setdefault("SPARK_SUBMIT_OPTS", f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {quiet_java_options()}".strip())
         self._env_vars = env

@@ -4,29 +4,30 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
+from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WorkUnitRequest
 from airflow_provider_wm.core.partitions import (
     PartitionSpec,
     PartitionState,
     Plan,
+    PlannedUnit,
     UnitResult,
     UnitStatus,
     complete_until,
     format_day,
     plan,
 )
-from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
+from airflow_provider_wm.documents import read_document
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
-from airflow_provider_wm.links import WatermarksLink
+from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, covered_run, read_pipeline_state
-from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
+from airflow_provider_wm.timeutil import duration_ms, format_ms, to_epoch_ms
 
 __all__ = ["IncrementalPartitionsOperator"]
 
@@ -76,7 +77,16 @@ def _units_argument(units: Sequence[str] | Mapping[str, Any] | None) -> list[str
     return values
 
 
-class IncrementalPartitionsOperator(BaseOperator):
+def _work_unit_request(unit: PlannedUnit) -> WorkUnitRequest:
+    """An executing work unit of the plan as the job's request has it (executing units always have a range)."""
+    if unit.range_start is None or unit.range_end is None:
+        raise ValueError(f"work unit {unit} executes but has no range")
+    return WorkUnitRequest(
+        unit.partition_start, unit.partition_end, unit.unit, unit.range_start, unit.range_end, unit.reason.value
+    )
+
+
+class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     """Extract or rebuild a time-partitioned table incrementally (LinkedIn DIL's time and unit watermarks).
 
     Each run plans the work units (partition x unit) with :func:`airflow_provider_wm.core.partitions.plan`
@@ -135,8 +145,8 @@ class IncrementalPartitionsOperator(BaseOperator):
         ``StreamWatermarkSensor``.
     """
 
-    template_fields: Sequence[str] = ("source", "target", "store_path", "logical_time")
-    operator_extra_links = (WatermarksLink(),)
+    template_fields: Sequence[str] = template_fields_of("source", "target")
+    asset_state_key = "partition_state"
     ui_color = "#eaf7ea"
 
     def __init__(
@@ -162,19 +172,14 @@ class IncrementalPartitionsOperator(BaseOperator):
         max_work_units: int | None = None,
         allow_partial_success: bool = False,
         dry_run: bool = False,
-        logical_time: str = "{{ data_interval_end }}",
-        spark_conn_id: str | None = None,
-        spark_conf: dict[str, Any] | None = None,
         asset: Asset | None = None,
         output_stream: str | None = None,
-        max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
-        add_asset_outlet(asset, kwargs)
-        super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
+        super().__init__(store_path=store_path, asset=asset, **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
-        require_paths(source=source, target=target, store_path=store_path)
+        require_paths(source=source, target=target)
         for argument, column in (("time_column", time_column), ("unit_column", unit_column)):
             if column is not None and (not isinstance(column, str) or not column.strip()):
                 raise ValueError(f"{argument}={column!r} must be a column name")
@@ -198,19 +203,14 @@ class IncrementalPartitionsOperator(BaseOperator):
             self.backfill = None
         if max_work_units is not None and (isinstance(max_work_units, bool) or int(max_work_units) < 1):
             raise ValueError(f"max_work_units={max_work_units!r} must be a positive number")
-        if not is_templated(logical_time):
-            to_epoch_ms(logical_time, "logical_time")
         self.max_work_units = max_work_units
-        self.source, self.target, self.store_path = source, target, store_path
+        self.source, self.target = source, target
         self.time_column: str = time_column
         self.unit_column: str | None = unit_column
         self.source_format: str = source_format
         self.source_partition_column: str | None = source_partition_column
         self.allow_partial_success = allow_partial_success
         self.plan_only = dry_run  # BaseOperator.dry_run is a method
-        self.logical_time = logical_time
-        self.spark_conn_id, self.spark_conf = spark_conn_id, dict(spark_conf or {})
-        self.asset = asset
 
     # ---------------------------------------------------------------------------------------------- run
 
@@ -218,23 +218,28 @@ class IncrementalPartitionsOperator(BaseOperator):
         """Where this task belongs on the Watermarks page (its extra link)."""
         return {"pipeline": self.pipeline}
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        now_ms = to_epoch_ms(self.logical_time, "logical_time")
-        if now_ms > time.time() * 1000:
-            raise ValueError(
-                f"logical_time={self.logical_time!r} is later than the current time: partitions up to it would "
-                "be committed before their data exists, and later skipped as up to date"
-            )
-        run_id = str(context["run_id"])
-        store = WatermarkStoreHook(self.store_path)
-        committed = self._read_committed(context)
-        covered_until = committed.processed_until_ms if committed else None
-        if committed is not None and covered_until is not None and now_ms <= covered_until:
-            self.log.info("To re-process older partitions, give a later run backfill=(start, end)")
-            covered = covered_run(
-                self.log, context, self.asset, self.pipeline, committed, format_ms(covered_until), format_ms(now_ms)
-            )
-            return {**covered, "now": format_ms(now_ms)}
+    def read_committed(self, context: Context) -> PipelineState | None:
+        """The Variable; when it is missing, the asset state store's copy (both are written only on success)."""
+        committed = read_pipeline_state(self.pipeline)
+        if committed is None and self.asset is not None:
+            mirrored = context["asset_state_store"][self.asset].get("partition_state")
+            if isinstance(mirrored, dict):
+                self.log.info("Variable missing: starting from the asset state store's copy")
+                committed = PipelineState.from_json(mirrored)
+        return committed
+
+    def covered_until(self, committed: PipelineState) -> int | None:
+        return committed.processed_until_ms
+
+    def covered(self, context: Context, committed: PipelineState, until_ms: int, now_ms: int) -> dict[str, Any]:
+        self.log.info("To re-process older partitions, give a later run backfill=(start, end)")
+        covered = covered_run(
+            self.log, context, self.asset, self.pipeline, committed, format_ms(until_ms), format_ms(now_ms)
+        )
+        return {**covered, "now": format_ms(now_ms)}
+
+    def compute(self, run: JobRound[PipelineState]) -> Outcome[PipelineState]:
+        committed, now_ms = run.committed, run.now_ms
         state = PartitionState.from_json(committed.state if committed else None)
         units = self._resolve_units()
         the_plan = plan(
@@ -258,17 +263,18 @@ class IncrementalPartitionsOperator(BaseOperator):
         }
         if self.plan_only:
             self.log.info("dry_run=True: nothing runs and the state is unchanged")
-            return summary
-        round_dir = store.pipeline_url(self.pipeline, "runs", f"{now_ms}-{re.sub(r'[^A-Za-z0-9._-]', '_', run_id)}")
-        results, manifests = self._execute_plan(store, the_plan, run_id, round_dir, int(context["ti"].try_number))
+            return Outcome(None, summary)
+        round_dir = run.store.pipeline_url(self.pipeline, "runs", run.run_folder)
+        try_number = int(run.context["ti"].try_number)
+        results, manifests = self._execute_plan(run, the_plan, round_dir, try_number)
         failed = [r for r in results if r.status is UnitStatus.FAILED]
         summary.update(
             {
                 "executed": len(results),
                 "failed": [[format_day(r.partition_start), r.unit] for r in failed],
-                "rows_read": sum(m["totals"].get("rows_read", 0) for m in manifests),
-                "rows_written": sum(m["totals"].get("rows_written", 0) for m in manifests),
-                "quarantined": sum(m["totals"].get("quarantined", 0) for m in manifests),
+                "rows_read": sum(m.totals.rows_read for m in manifests),
+                "rows_written": sum(m.totals.rows_written for m in manifests),
+                "quarantined": sum(m.totals.quarantined for m in manifests),
                 "run_dir": round_dir,
             }
         )
@@ -286,16 +292,40 @@ class IncrementalPartitionsOperator(BaseOperator):
         new_state = state.apply(results)
         document = PipelineState(
             pipeline=self.pipeline,
-            version=(committed.version if committed else 0) + 1,
-            run_id=run_id,
+            version=run.version,
+            run_id=run.run_id,
             committed_at=dt.datetime.now(dt.UTC).isoformat(),
             spec=self.spec.to_json(),
             units=list(units),
             state=new_state.to_json(),
             processed_until_ms=now_ms,
         )
-        self._publish(context, store, document, summary, committed)
-        return summary
+        extra = {
+            "pipeline": self.pipeline,
+            "version": document.version,
+            "high_watermark": format_ms(new_state.max_high_watermark()),
+            "work_units_executed": summary["executed"],
+            "failed": summary["failed"],
+        }
+        return Outcome(document, summary, extra)
+
+    def publish_outputs(self, run: JobRound[PipelineState], outcome: Outcome[PipelineState]) -> None:
+        """The output watermark and the store's state document (what the completeness sensor reads)."""
+        document = outcome.document
+        assert document is not None
+        self._publish_output_watermark(run.store, document)
+        run.store.write_pipeline_state(
+            self.pipeline,
+            {
+                **document.to_json(),
+                "kind": "partitions",
+                "last_plan": outcome.summary["plan"],
+                "last_summary": outcome.summary,
+            },
+        )
+
+    def commit(self, document: PipelineState, committed: PipelineState | None) -> None:
+        commit_pipeline_state(document, committed)
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: PipelineState) -> None:
         """The derived stream's watermark: the end of the partitions done for every unit, with all earlier ones
@@ -320,16 +350,6 @@ class IncrementalPartitionsOperator(BaseOperator):
             }
         )
 
-    def _read_committed(self, context: Context) -> PipelineState | None:
-        """The Variable; when it is missing, the asset state store's copy (both are written only on success)."""
-        committed = read_pipeline_state(self.pipeline)
-        if committed is None and self.asset is not None:
-            mirrored = context["asset_state_store"][self.asset].get("partition_state")
-            if isinstance(mirrored, dict):
-                self.log.info("Variable missing: starting from the asset state store's copy")
-                committed = PipelineState.from_json(mirrored)
-        return committed
-
     def _resolve_units(self) -> list[str]:
         if isinstance(self.units, list):
             return self.units
@@ -345,29 +365,46 @@ class IncrementalPartitionsOperator(BaseOperator):
         return sorted(validate_name(str(v), f"units[{column}]") for v in values if v is not None)
 
     def _execute_plan(
-        self, store: WatermarkStoreHook, the_plan: Plan, run_id: str, round_dir: str, try_number: int
-    ) -> tuple[list[UnitResult], list[dict[str, Any]]]:
+        self, run: JobRound[PipelineState], the_plan: Plan, round_dir: str, try_number: int
+    ) -> tuple[list[UnitResult], list[PartitionsManifest]]:
         """Run the executing units, except those an earlier attempt of this run already did."""
         executing = the_plan.executing()
-        done_before: dict[tuple[int, str, int | None], dict[str, Any]] = {}
+        done_before: set[tuple[int, str, int]] = set()
         for attempt in range(1, try_number):
-            earlier = store.read_json_url(f"{round_dir}/attempt-{attempt}/manifest.json") or {}
-            for entry in earlier.get("work_units", []):
-                if entry["status"] == "succeeded":
-                    done_before[(int(entry["partition_start"]), str(entry["unit"]), int(entry["range_start"]))] = entry
+            earlier = read_document(f"{round_dir}/attempt-{attempt}/manifest.json")
+            if not isinstance(earlier, dict) or earlier.get("status") == "failed":
+                continue
+            for entry in PartitionsManifest.from_json(earlier).work_units:
+                if entry.status == "succeeded":
+                    done_before.add((entry.partition_start, entry.unit, entry.range_start))
         pending = [u for u in executing if (u.partition_start, u.unit, u.range_start) not in done_before]
         if done_before:
             self.log.info(
                 "%s work units succeeded in an earlier attempt of this run and are not re-executed",
                 len(executing) - len(pending),
             )
-        manifests: list[dict[str, Any]] = []
+        manifests: list[PartitionsManifest] = []
         outcome: dict[tuple[int, str], str] = {(start, unit): "succeeded" for start, unit, _ in done_before}
         if pending:
-            manifest = self._submit(store, pending, run_id, f"{round_dir}/attempt-{try_number}")
+            request = PartitionsRequest(
+                pipeline=self.pipeline,
+                run_id=run.run_id,
+                work_units=[_work_unit_request(u) for u in pending],
+                source=self.source,
+                source_format=self.source_format,
+                time_column=self.time_column,
+                unit_column=self.unit_column,
+                source_partition_column=self.source_partition_column,
+                transform_sql=self.transform_sql,
+                transform_callable=self.transform_callable,
+                target=self.target,
+                round_out=f"{round_dir}/attempt-{try_number}",
+            )
+            self.log.info("%s work units of %s execute", len(pending), self.pipeline)
+            manifest = self.run_job(request, PartitionsManifest, f"partitions job for {self.pipeline!r}")
             manifests.append(manifest)
-            for entry in manifest["work_units"]:
-                outcome[(int(entry["partition_start"]), str(entry["unit"]))] = entry["status"]
+            for entry in manifest.work_units:
+                outcome[(entry.partition_start, entry.unit)] = entry.status
             self._log_manifest(manifest)
         results = [
             UnitResult(
@@ -379,81 +416,6 @@ class IncrementalPartitionsOperator(BaseOperator):
             for u in executing
         ]
         return results, manifests
-
-    def _submit(self, store: WatermarkStoreHook, units: list[Any], run_id: str, attempt_dir: str) -> dict[str, Any]:
-        plan_url = f"{attempt_dir}/plan.json"
-        store.write_json_url(
-            plan_url,
-            {
-                "pipeline": self.pipeline,
-                "work_units": [
-                    {
-                        "partition_start": u.partition_start,
-                        "partition_end": u.partition_end,
-                        "unit": u.unit,
-                        "range_start": u.range_start,
-                        "range_end": u.range_end,
-                        "reason": u.reason.value,
-                    }
-                    for u in units
-                ],
-            },
-        )
-        args = [
-            "--pipeline", self.pipeline, "--run-id", run_id, "--plan", plan_url,
-            "--source", self.source, "--source-format", self.source_format, "--time-column", self.time_column,
-            "--target", self.target, "--round-out", attempt_dir,
-        ]  # fmt: skip
-        for flag, value in (
-            ("--unit-column", self.unit_column),
-            ("--source-partition-column", self.source_partition_column),
-            ("--transform-sql", self.transform_sql),
-            ("--transform-callable", self.transform_callable),
-        ):
-            if value:
-                args += [flag, value]
-        hook = WmSparkSubmitHook(
-            conn_id=self.spark_conn_id,
-            conf=self.spark_conf,
-            application_args=args,
-            name=f"wm-partitions-{self.pipeline}",
-        )
-        self.log.info("Submitting %s work units of %s to %s", len(units), self.pipeline, hook.master)
-        return hook.submit_job(
-            "incremental_partitions",
-            f"{attempt_dir}/manifest.json",
-            store.read_json_url,
-            f"partitions job for {self.pipeline!r}",
-            accepted=("succeeded", "partial"),
-        )
-
-    def _publish(
-        self,
-        context: Context,
-        store: WatermarkStoreHook,
-        document: PipelineState,
-        summary: dict[str, Any],
-        committed: PipelineState | None,
-    ) -> None:
-        """Mirrors and the output watermark first, the Variable (the source of truth for the next plan) last."""
-        self._publish_output_watermark(store, document)
-        store.write_pipeline_state(
-            self.pipeline,
-            {**document.to_json(), "kind": "partitions", "last_plan": summary["plan"], "last_summary": summary},
-        )
-        ti = context["ti"]
-        ti.xcom_push(key="state", value=document.to_json())
-        if self.asset is not None:
-            context["asset_state_store"][self.asset].set("partition_state", document.to_json())
-            state = PartitionState.from_json(document.state)
-            context["outlet_events"][self.asset].extra = {
-                "pipeline": self.pipeline,
-                "version": document.version,
-                "high_watermark": format_ms(state.max_high_watermark()),
-                "work_units_executed": summary["executed"],
-                "failed": summary["failed"],
-            }
-        commit_pipeline_state(document, committed)
 
     # ------------------------------------------------------------------------------------------ logging
 
@@ -474,20 +436,18 @@ class IncrementalPartitionsOperator(BaseOperator):
             "\n".join(lines),
         )
 
-    def _log_manifest(self, manifest: dict[str, Any]) -> None:
-        totals = manifest.get("totals", {})
+    def _log_manifest(self, manifest: PartitionsManifest) -> None:
+        totals = manifest.totals
         self.log.info(
             "Job %s: %s work units, %s failed, %s rows read, %s written, %s quarantined %s",
-            manifest.get("status"),
-            totals.get("work_units"),
-            totals.get("failed"),
-            totals.get("rows_read"),
-            totals.get("rows_written"),
-            totals.get("quarantined"),
-            manifest.get("quarantine") or "",
+            manifest.status,
+            totals.work_units,
+            totals.failed,
+            totals.rows_read,
+            totals.rows_written,
+            totals.quarantined,
+            manifest.quarantine or "",
         )
-        for entry in manifest.get("work_units", []):
-            if entry["status"] == "failed":
-                self.log.error(
-                    "Work unit %s/%s failed: %s", entry["wm_partition"], entry["unit"] or "-", entry["error"]
-                )
+        for entry in manifest.work_units:
+            if entry.status == "failed":
+                self.log.error("Work unit %s/%s failed: %s", entry.wm_partition, entry.unit or "-", entry.error)

@@ -8,9 +8,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk import Context
 
-from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
+from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
 from airflow_provider_wm.core.windowing import (
     ROW_COLUMN,
     Accumulation,
@@ -25,11 +26,10 @@ from airflow_provider_wm.core.windowing import (
     input_column,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, WindowFn
-from airflow_provider_wm.hooks.spark_submit import WmSparkSubmitHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
-from airflow_provider_wm.links import WatermarksLink
+from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.state import WindowedState, commit_windowed_state, covered_run, read_windowed_state
-from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
+from airflow_provider_wm.timeutil import duration_ms, format_ms
 from airflow_provider_wm.triggers.watermark import check_watermarks, describe_check
 
 __all__ = [
@@ -166,7 +166,7 @@ def parse_inputs(
     return parsed, watermarks
 
 
-class WindowedAggregateOperator(BaseOperator):
+class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     """Aggregate events per event-time window, incrementally across DAG runs.
 
     Each run reads the events that arrived since the previous successful run (``arrival_column`` between
@@ -260,8 +260,8 @@ class WindowedAggregateOperator(BaseOperator):
         (:meth:`WindowFn.output_watermark`). Downstream DAGs wait on it with ``StreamWatermarkSensor``.
     """
 
-    template_fields: Sequence[str] = ("events", "inputs", "output_path", "late_output", "store_path", "logical_time")
-    operator_extra_links = (WatermarksLink(),)
+    template_fields: Sequence[str] = template_fields_of("events", "inputs", "output_path", "late_output")
+    asset_state_key = "windowed_state"
     ui_color = "#fdf1e1"
     output_path: str
 
@@ -291,16 +291,10 @@ class WindowedAggregateOperator(BaseOperator):
         arrival_column: str | None = None,
         events_format: str = "parquet",
         late_output: str | None = None,
-        logical_time: str = "{{ data_interval_end }}",
-        spark_conn_id: str | None = None,
-        spark_conf: dict[str, Any] | None = None,
-        asset: Asset | None = None,
         output_stream: str | None = None,
-        max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
-        add_asset_outlet(asset, kwargs)
-        super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
+        super().__init__(store_path=store_path, **kwargs)
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         upstream_panes = self._upstream_panes(upstream)
@@ -347,15 +341,10 @@ class WindowedAggregateOperator(BaseOperator):
         for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):
             if column is not None and (not isinstance(column, str) or not re.match(r"^[A-Za-z_]\w*$", column)):
                 raise ValueError(f"{argument}={column!r} must be a column name")
-        if not is_templated(logical_time):
-            to_epoch_ms(logical_time, "logical_time")
         self.events, self.event_time, self.events_format = events, event_time, events_format
         self.arrival_column = arrival_column
-        self.output_path, self.store_path = output, store_path  # BaseOperator.output is the XComArg
+        self.output_path = output  # BaseOperator.output is the XComArg
         self.late_output = late_output or f"{output.rstrip('/')}_late"
-        self.logical_time = logical_time
-        self.spark_conn_id, self.spark_conf = spark_conn_id, dict(spark_conf or {})
-        self.asset = asset
 
     def watermarks_page_query(self) -> dict[str, str]:
         """Where this task belongs on the Watermarks page (its extra link)."""
@@ -373,34 +362,31 @@ class WindowedAggregateOperator(BaseOperator):
             return upstream.panes()
         raise ValueError(f"upstream={upstream!r} must be a WindowedAggregateOperator or UpstreamPanes(...)")
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        now_ms = to_epoch_ms(self.logical_time, "logical_time")
-        run_id = str(context["run_id"])
-        store = WatermarkStoreHook(self.store_path)
+    def read_committed(self, context: Context) -> WindowedState | None:
         committed = read_windowed_state(self.pipeline)
         self._check_spec_unchanged(committed)
-        if committed is not None and committed.arrival_until_ms is not None and now_ms <= committed.arrival_until_ms:
-            covered = covered_run(
-                self.log,
-                context,
-                self.asset,
-                self.pipeline,
-                committed,
-                format_ms(committed.arrival_until_ms),
-                format_ms(now_ms),
-            )
-            return {**covered, "watermark": format_ms(committed.watermark_ms), "watermark_ms": committed.watermark_ms}
-        version = (committed.version if committed else 0) + 1
-        source_watermark = self._source_watermark(store, now_ms)
+        return committed
+
+    def covered_until(self, committed: WindowedState) -> int | None:
+        return committed.arrival_until_ms
+
+    def covered(self, context: Context, committed: WindowedState, until_ms: int, now_ms: int) -> dict[str, Any]:
+        covered = covered_run(
+            self.log, context, self.asset, self.pipeline, committed, format_ms(until_ms), format_ms(now_ms)
+        )
+        return {**covered, "watermark": format_ms(committed.watermark_ms), "watermark_ms": committed.watermark_ms}
+
+    def compute(self, run: JobRound[WindowedState]) -> Outcome[WindowedState]:
+        committed, store, version = run.committed, run.store, run.version
+        source_watermark = self._source_watermark(store, run.now_ms)
         arrival_from = committed.arrival_until_ms if committed else None
-        arrival_until = now_ms
+        arrival_until = run.now_ms
         rollup: dict[str, Any] = {}
         if self.spec.upstream is not None:
             rollup, source_watermark = self._rollup_inputs(store, committed, version, source_watermark)
-        run_dir = store.pipeline_url(self.pipeline, "runs", f"v{version}")
-        request = {
+        fields: dict[str, Any] = {
             "pipeline": self.pipeline,
-            "run_id": run_id,
+            "run_id": run.run_id,
             "version": version,
             "spec": self.spec.to_json(),
             "events": self.events,
@@ -410,73 +396,75 @@ class WindowedAggregateOperator(BaseOperator):
             "arrival_column": self.arrival_column,
             "arrival_from_ms": arrival_from,
             "arrival_until_ms": arrival_until,
-            "previous": {
-                "watermark_ms": committed.watermark_ms if committed else None,
-                "max_event_time_ms": committed.max_event_time_ms if committed else None,
-            },
+            "previous_watermark_ms": committed.watermark_ms if committed else None,
+            "previous_max_event_time_ms": committed.max_event_time_ms if committed else None,
             "source_watermark_ms": source_watermark,
             "state_in": committed.state_path if committed else None,
             "state_out": store.pipeline_url(self.pipeline, "state", f"v{version}"),
             "output": self.output_path,
             "late_output": self.late_output,
-            "round_out": run_dir,
+            "round_out": store.pipeline_url(self.pipeline, "runs", f"v{version}"),
             **rollup,
         }
-        request_url = f"{run_dir}/request.json"
-        store.write_json_url(request_url, request)
-        hook = WmSparkSubmitHook(
-            conn_id=self.spark_conn_id,
-            conf=self.spark_conf,
-            application_args=[request_url],
-            name=f"wm-windows-{self.pipeline}",
-        )
+        request = WindowedRequest.from_json(fields)  # a rendered template of the wrong type fails here
         self.log.info(
-            "Submitting run v%s of %s to %s: arrivals (%s, %s], watermark before %s, store watermark %s",
+            "Run v%s of %s: arrivals (%s, %s], watermark before %s, store watermark %s",
             version,
             self.pipeline,
-            hook.master,
             format_ms(arrival_from),
             format_ms(arrival_until),
             format_ms(committed.watermark_ms if committed else None),
             format_ms(source_watermark),
         )
-        manifest = hook.submit_job(
-            "windowed_aggregate",
-            f"{run_dir}/manifest.json",
-            store.read_json_url,
-            f"windowed aggregate {self.pipeline!r}",
-        )
+        manifest = self.run_job(request, WindowedManifest, f"windowed aggregate {self.pipeline!r}")
         self._log_manifest(manifest)
-        # through from_json: a manifest value of the wrong type fails here, before anything is published
-        document = WindowedState.from_json(
-            {
-                "pipeline": self.pipeline,
-                "version": version,
-                "run_id": run_id,
-                "committed_at": dt.datetime.now(dt.UTC).isoformat(),
-                "state_path": manifest.get("state_path") or (committed.state_path if committed else None),
-                "watermark_ms": manifest["watermark_ms"],
-                "max_event_time_ms": manifest["max_event_time_ms"],
-                "arrival_until_ms": arrival_until,
-                "spec": self.spec.to_json(),
-                "upstream_version": rollup.get("arrival_until_ms"),
-                "live_path": manifest.get("live_path") or (committed.live_path if committed else None),
-            }
+        document = WindowedState(
+            pipeline=self.pipeline,
+            version=version,
+            run_id=run.run_id,
+            committed_at=dt.datetime.now(dt.UTC).isoformat(),
+            state_path=manifest.state_path or (committed.state_path if committed else None),
+            watermark_ms=manifest.watermark_ms,
+            max_event_time_ms=manifest.max_event_time_ms,
+            arrival_until_ms=arrival_until,
+            spec=self.spec.to_json(),
+            upstream_version=rollup.get("arrival_until_ms"),
+            live_path=manifest.live_path or (committed.live_path if committed else None),
         )
+        totals = manifest.totals.to_json()
         summary: dict[str, Any] = {
             "pipeline": self.pipeline,
             "version": version,
-            "watermark": format_ms(manifest["watermark_ms"]),
-            "watermark_ms": manifest["watermark_ms"],
+            "watermark": format_ms(manifest.watermark_ms),
+            "watermark_ms": manifest.watermark_ms,
             "arrivals": [format_ms(arrival_from), format_ms(arrival_until)],
-            **manifest["totals"],
+            **totals,
             "output": self.output_path,
-            "late_output": manifest.get("late_output"),
+            "late_output": manifest.late_output,
         }
         if rollup:
             summary["upstream_versions"] = [rollup["arrival_from_ms"], rollup["arrival_until_ms"]]
-        self._publish(context, store, document, summary, committed)
-        return summary
+        extra = {
+            "pipeline": self.pipeline,
+            "version": version,
+            "watermark": summary["watermark"],
+            "watermark_ms": summary["watermark_ms"],
+            "panes": totals["panes"],
+            "too_late": totals["too_late"],
+        }
+        return Outcome(document, summary, extra)
+
+    def publish_outputs(self, run: JobRound[WindowedState], outcome: Outcome[WindowedState]) -> None:
+        """The store's state document and the output watermark (the Variable, committed last, is the truth)."""
+        document = outcome.document
+        assert document is not None
+        run.store.write_pipeline_state(
+            self.pipeline, {**document.to_json(), "kind": "windowed", "last_summary": outcome.summary}
+        )
+        self._publish_output_watermark(run.store, document)
+
+    def commit(self, document: WindowedState, committed: WindowedState | None) -> None:
+        commit_windowed_state(document, committed)
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: WindowedState) -> None:
         """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""
@@ -579,32 +567,8 @@ class WindowedAggregateOperator(BaseOperator):
             return None
         return int(latest["lower_ms"])
 
-    def _publish(
-        self,
-        context: Context,
-        store: WatermarkStoreHook,
-        document: WindowedState,
-        summary: dict[str, Any],
-        committed: WindowedState | None,
-    ) -> None:
-        """Mirrors and the output watermark first, the Variable (what the next run starts from) last."""
-        store.write_pipeline_state(self.pipeline, {**document.to_json(), "kind": "windowed", "last_summary": summary})
-        self._publish_output_watermark(store, document)
-        context["ti"].xcom_push(key="state", value=document.to_json())
-        if self.asset is not None:
-            context["asset_state_store"][self.asset].set("windowed_state", document.to_json())
-            context["outlet_events"][self.asset].extra = {
-                "pipeline": self.pipeline,
-                "version": document.version,
-                "watermark": summary["watermark"],
-                "watermark_ms": summary["watermark_ms"],
-                "panes": summary["panes"],
-                "too_late": summary["too_late"],
-            }
-        commit_windowed_state(document, committed)
-
-    def _log_manifest(self, manifest: dict[str, Any]) -> None:
-        totals = manifest["totals"]
+    def _log_manifest(self, manifest: WindowedManifest) -> None:
+        totals = manifest.totals.to_json()
         panes = totals["panes"]
         lines = [
             f"{'events read':<22}{totals['events_read']:>12}",
@@ -617,13 +581,13 @@ class WindowedAggregateOperator(BaseOperator):
         ]
         self.log.info(
             "Run v%s of %s: watermark %s (was %s)\n%s",
-            manifest["version"],
+            manifest.version,
             self.pipeline,
-            format_ms(manifest["watermark_ms"]),
-            format_ms(manifest["previous_watermark_ms"]),
+            format_ms(manifest.watermark_ms),
+            format_ms(manifest.previous_watermark_ms),
             "\n".join(lines),
         )
-        if manifest.get("late_output"):
+        if manifest.late_output:
             self.log.warning(
-                "Too-late and invalid events of this run: %s (wm_run=%s)", manifest["late_output"], manifest["version"]
+                "Too-late and invalid events of this run: %s (wm_run=%s)", manifest.late_output, manifest.version
             )

@@ -9,11 +9,16 @@ import pytest
 from airflow_provider_wm.hooks.spark_submit import SparkConnectionNotFound, WmSparkSubmitHook, job_application
 
 
-def test_no_connection_means_the_embedded_local_master_with_this_interpreter(airflow_db):
-    hook = WmSparkSubmitHook(conn_id=None)
+def test_a_local_master_runs_the_driver_with_this_interpreter_and_quiet_spark_logs(airflow_db, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_LOCAL_SPARK", "spark://local%5B%2A%5D")
+    monkeypatch.setenv("AIRFLOW_CONN_LOCAL_SPARK", '{"conn_type": "spark", "host": "local[*]"}')
+    hook = WmSparkSubmitHook(conn_id="local_spark")
     assert hook.master == "local[*]"
     assert hook._conf["spark.pyspark.python"] == sys.executable
     assert hook._env_vars["PATH"].startswith(os.path.dirname(sys.executable))
+    assert "-Dlog4j2.configurationFile=file:" in hook._env_vars["SPARK_SUBMIT_OPTS"]
+    config = hook._env_vars["SPARK_SUBMIT_OPTS"].split("-Dlog4j2.configurationFile=file:")[1].split()[0]
+    assert "rootLogger.level = warn" in Path(config).read_text()
 
 
 def test_a_missing_named_connection_is_a_clear_error_not_yarn(airflow_db):

@@ -203,7 +203,7 @@ def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only
     run, states = run_dag(pipeline_dag(tmp_path, "p_retry", retries=1, retry_delay=timedelta(seconds=0)), JAN_6)
     assert states == {"orders": "success"}
     run_dir = next((tmp_path / "store" / "pipelines" / "p_retry" / "runs").iterdir())
-    second = json.loads((run_dir / "attempt-2" / "plan.json").read_text())
+    second = json.loads((run_dir / "attempt-2" / "request.json").read_text())
     assert [(u["partition_start"], u["unit"]) for u in second["work_units"]] == [(iso_ms("2026-01-03"), "us")]
     state = PartitionState.from_json(committed("p_retry")["state"])
     assert all(

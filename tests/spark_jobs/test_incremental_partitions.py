@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
 from airflow_provider_wm.core.partitions import (
     DAY_MS,
     PartitionSpec,
@@ -18,7 +18,7 @@ from airflow_provider_wm.core.partitions import (
     iso_ms,
     plan,
 )
-from spark_jobs.incremental_partitions import Job, parse_args, partition_key, run
+from spark_jobs.incremental_partitions import Job, partition_key, run
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
 UNITS = ["eu", "us"]
@@ -44,22 +44,21 @@ def write_source(spark, path: Path, rows, mode="overwrite"):
 
 def execute(spark, tmp_path: Path, the_plan, name: str, **extra) -> dict:
     """Run the job in-process on the shared session for the executing units of ``the_plan``."""
-    plan_file = tmp_path / f"{name}-plan.json"
     units = [
-        {"partition_start": u.partition_start, "partition_end": u.partition_end, "unit": u.unit,
-         "range_start": u.range_start, "range_end": u.range_end}
+        WorkUnitRequest(u.partition_start, u.partition_end, u.unit, u.range_start, u.range_end, u.reason.value)
         for u in the_plan.executing()
-    ]  # fmt: skip
-    plan_file.write_text(json.dumps({"work_units": units}))
-    argv = [
-        "--pipeline", "p", "--run-id", name, "--plan", str(plan_file),
-        "--source", str(extra.pop("source", tmp_path / "source")),
-        "--time-column", extra.pop("time_column", "event_time"),
-        "--target", str(tmp_path / "target"), "--round-out", str(tmp_path / "runs" / name),
-    ]  # fmt: skip
-    for key, value in extra.items():
-        argv += [f"--{key.replace('_', '-')}", value]
-    return run(spark, parse_args(argv))
+    ]
+    request = PartitionsRequest(
+        pipeline="p",
+        run_id=name,
+        work_units=units,
+        source=str(extra.pop("source", tmp_path / "source")),
+        time_column=extra.pop("time_column", "event_time"),
+        target=str(tmp_path / "target"),
+        round_out=str(tmp_path / "runs" / name),
+        **extra,
+    )
+    return run(spark, request).to_json()
 
 
 def target_rows(spark, tmp_path: Path) -> Counter:
@@ -109,17 +108,17 @@ def test_first_and_grace_runs_write_each_unit_exactly_once_and_pick_up_late_rows
 @pytest.mark.slow
 def test_the_read_prunes_source_partitions_to_the_plans_ranges(spark, tmp_path):
     write_source(spark, tmp_path / "source", events(30))
-    args = parse_args([
-        "--pipeline", "p", "--run-id", "r", "--plan", "unused", "--source", str(tmp_path / "source"),
-        "--time-column", "event_time", "--source-partition-column", "event_date", "--unit-column", "region",
-        "--target", str(tmp_path / "t"), "--round-out", str(tmp_path / "o"),
-    ])  # fmt: skip
+    args = PartitionsRequest(
+        pipeline="p", run_id="r", work_units=[], source=str(tmp_path / "source"), time_column="event_time",
+        source_partition_column="event_date", unit_column="region", target=str(tmp_path / "t"),
+        round_out=str(tmp_path / "o"),
+    )  # fmt: skip
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     unit = {"partition_start": iso_ms("2020-01-20"), "partition_end": iso_ms("2020-01-21"), "unit": "eu",
             "range_start": iso_ms("2020-01-20"), "range_end": iso_ms("2020-01-21")}  # fmt: skip
     job = Job(spark, args, [unit])
     frame, _ = job.rows([unit])
-    plan_text = frame._jdf.queryExecution().executedPlan().toString()
+    plan_text = frame._explain_string(extended=False)  # the physical plan, over Spark Connect too
     assert (
         "PartitionFilters: [" in plan_text and "event_date" in plan_text.split("PartitionFilters: [")[1].split("]")[0]
     )

@@ -34,7 +34,7 @@ from airflow_provider_wm.core.windowing import (
     run_on_panes,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling
-from spark_jobs import windowed_aggregate
+from spark_jobs.windowed_aggregate import run_request as run_windowed
 
 EVENT_SCHEMA = "k string, t long, v int, arrival long"
 
@@ -63,7 +63,8 @@ class Pipeline:
             "arrival_column": "arrival",
             "arrival_from_ms": self.arrival,
             "arrival_until_ms": arrival_until,
-            "previous": self.previous,
+            "previous_watermark_ms": self.previous.get("watermark_ms"),
+            "previous_max_event_time_ms": self.previous.get("max_event_time_ms"),
             "source_watermark_ms": source,
             "state_in": self.state,
             "state_out": str(self.base / "state" / f"v{version}"),
@@ -77,7 +78,7 @@ class Pipeline:
         if rows:
             self.write(rows, arrival)
         version = self.version + 1
-        manifest = windowed_aggregate.run(self.spark, self.request(arrival, source, version))
+        manifest = run_windowed(self.spark, self.request(arrival, source, version))
         if commit:
             self.version, self.arrival, self.state = version, arrival, manifest["state_path"]
             self.previous = {
@@ -188,7 +189,7 @@ def test_string_event_times_are_parsed_and_unparseable_ones_quarantined(spark, t
     pipeline = Pipeline(spark, tmp_path, spec, event_time="ts")
     rows = [("a", "2026-01-01T00:00:30Z", 1), ("a", "not a time", 1), ("a", "2026-01-01T00:01:00Z", 1)]
     pipeline.write(rows, 1, schema="k string, ts string, v int, arrival long")
-    manifest = windowed_aggregate.run(spark, pipeline.request(1, None, 1))
+    manifest = run_windowed(spark, pipeline.request(1, None, 1))
     assert manifest["totals"]["invalid_event_time"] == 1
     assert [(p[1], p[3]) for p in pipeline.panes()] == [(1_767_225_600_000, (1,))]
 
@@ -336,7 +337,7 @@ class Rollup(Pipeline):
 
     def roll(self, source: int | None):
         version = self.version + 1
-        manifest = windowed_aggregate.run(self.spark, self.request(self.upstream.version, source, version))
+        manifest = run_windowed(self.spark, self.request(self.upstream.version, source, version))
         self.version, self.arrival = version, self.upstream.version
         self.state, self.live = manifest["state_path"] or self.state, manifest["live_path"] or self.live
         self.previous = {"watermark_ms": manifest["watermark_ms"], "max_event_time_ms": manifest["max_event_time_ms"]}

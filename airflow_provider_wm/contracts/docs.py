@@ -1,0 +1,69 @@
+"""The README's table of the job contracts, rendered from the dataclasses so that it cannot drift.
+
+``python -m airflow_provider_wm.contracts.docs`` prints it; a test checks that the README holds exactly this
+text between ``<!-- contracts:start -->`` and ``<!-- contracts:end -->``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from typing import Any
+
+from airflow_provider_wm.contracts import (
+    ControllerManifest,
+    ControllerRequest,
+    PartitionsManifest,
+    PartitionsRequest,
+    StreamEntry,
+    WatermarkRecord,
+    WindowedInput,
+    WindowedManifest,
+    WindowedRequest,
+    WindowedTotals,
+    WorkUnitOutcome,
+    WorkUnitRequest,
+)
+
+__all__ = ["DOCUMENTED", "START", "END", "render"]
+
+START, END = "<!-- contracts:start -->", "<!-- contracts:end -->"
+DOCUMENTED: tuple[type, ...] = (
+    ControllerRequest,
+    ControllerManifest,
+    StreamEntry,
+    WindowedRequest,
+    WindowedInput,
+    WindowedManifest,
+    WindowedTotals,
+    PartitionsRequest,
+    WorkUnitRequest,
+    PartitionsManifest,
+    WorkUnitOutcome,
+    WatermarkRecord,
+)
+
+
+def _type_name(hint: Any) -> str:
+    """``int | None`` -> ``int or None`` (a ``|`` would split the Markdown table), without module prefixes."""
+    text = str(hint) if typing.get_origin(hint) else getattr(hint, "__name__", str(hint))
+    text = re.sub(r"\b[a-z_]+\.(?=[A-Za-z])", "", text.replace("NoneType", "None"))
+    return text.replace(" | ", " or ")
+
+
+def render() -> str:
+    """One row per contract: its fields with their types, required fields first (``=`` marks a default)."""
+    lines = ["| contract | fields |", "|---|---|"]
+    for cls in DOCUMENTED:
+        hints = typing.get_type_hints(cls)
+        fields = []
+        for f in dataclasses.fields(cls):
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            fields.append(f"`{f.name}: {_type_name(hints[f.name])}{' =' if has_default else ''}`")
+        lines.append(f"| `{cls.__name__}` | {', '.join(fields)} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render())

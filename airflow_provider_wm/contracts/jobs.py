@@ -1,0 +1,55 @@
+"""What every job's request and manifest share, and the failure document a job writes instead of a manifest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from airflow_provider_wm.contracts.codec import Contract
+
+__all__ = ["MANIFEST_NAME", "REQUEST_NAME", "JobFailure", "JobManifest", "JobRequest", "parse_manifest"]
+
+REQUEST_NAME = "request.json"
+MANIFEST_NAME = "manifest.json"
+
+
+class JobRequest(Contract):
+    """A job's input. ``round_out`` is the folder of this run's request, manifest and quarantine."""
+
+    job: ClassVar[str]
+    round_out: str
+
+    @property
+    def request_url(self) -> str:
+        return f"{self.round_out.rstrip('/')}/{REQUEST_NAME}"
+
+    @property
+    def manifest_url(self) -> str:
+        return f"{self.round_out.rstrip('/')}/{MANIFEST_NAME}"
+
+
+class JobManifest(Contract):
+    """A job's result, written atomically last. ``status`` is ``succeeded`` (or ``partial``)."""
+
+    status: str
+
+
+@dataclass(frozen=True)
+class JobFailure(Contract):
+    """What a job writes in place of its manifest when it raised: the operator reports ``error``."""
+
+    job: str
+    error: str
+    traceback: str = ""
+    status: Literal["failed"] = "failed"
+
+
+def parse_manifest(manifest_type: type[JobManifest], document: Any) -> JobManifest | JobFailure:
+    """A manifest document as its contract, or the job's failure.
+
+    >>> parse_manifest(JobManifest, {"status": "failed", "job": "x", "error": "boom"}).error
+    'boom'
+    """
+    if isinstance(document, dict) and document.get("status") == "failed":
+        return JobFailure.from_json(document)
+    return manifest_type.from_json(document)

@@ -1,0 +1,97 @@
+"""The windowed-aggregate job's request and manifest (one firing opportunity of an Apex windowed operator)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from airflow_provider_wm.contracts.codec import Contract
+from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest
+
+__all__ = ["PaneCounts", "WindowedInput", "WindowedManifest", "WindowedRequest", "WindowedTotals"]
+
+
+@dataclass(frozen=True)
+class WindowedInput(Contract):
+    """One input of a merge: its events, their time column and arrival column."""
+
+    name: str
+    events: str
+    event_time: str
+    arrival_column: str | None = None
+    events_format: str = "parquet"
+
+
+@dataclass(frozen=True)
+class WindowedRequest(JobRequest):
+    """Version ``version`` of a windowed aggregate: read the events that arrived in
+    ``(arrival_from_ms, arrival_until_ms]`` (for a rollup: the upstream's pane versions in that range), merge
+    them with the open windows of ``state_in``, fire, and write the panes, the late rows and ``state_out``.
+    ``spec`` is :meth:`AggregationSpec.to_json`; ``source_watermark_ms`` the store's watermark the operator
+    read (or the merged inputs' coalesced one)."""
+
+    job: ClassVar[str] = "windowed_aggregate"
+    pipeline: str
+    run_id: str
+    version: int
+    spec: dict[str, Any]
+    output: str
+    late_output: str
+    state_out: str
+    round_out: str
+    arrival_until_ms: int
+    events: str | None = None
+    inputs: list[WindowedInput] | None = None
+    events_format: str = "parquet"
+    event_time: str | None = None
+    arrival_column: str | None = None
+    arrival_from_ms: int | None = None
+    previous_watermark_ms: int | None = None
+    previous_max_event_time_ms: int | None = None
+    source_watermark_ms: int | None = None
+    state_in: str | None = None
+    live_in: str | None = None
+    live_out: str | None = None
+
+
+@dataclass(frozen=True)
+class PaneCounts(Contract):
+    EARLY: int = 0
+    ON_TIME: int = 0
+    LATE: int = 0
+    RETRACTION: int = 0
+
+
+@dataclass(frozen=True)
+class WindowedTotals(Contract):
+    events_read: int = 0
+    events_aggregated: int = 0
+    too_late: int = 0
+    invalid_event_time: int = 0
+    invalid_window: int = 0
+    panes: PaneCounts = field(default_factory=PaneCounts)
+    windows_open: int = 0
+    windows_purged: int = 0
+
+
+@dataclass(frozen=True)
+class WindowedManifest(JobManifest):
+    """The run's watermark, what it read and fired, and where the new state (and a rollup's live panes) are;
+    ``late_output`` is set when the run wrote too-late or invalid events."""
+
+    pipeline: str
+    run_id: str
+    version: int
+    watermark_ms: int | None
+    previous_watermark_ms: int | None
+    max_event_time_ms: int | None
+    arrival_from_ms: int | None
+    arrival_until_ms: int | None
+    totals: WindowedTotals
+    output: str
+    late_output: str | None = None
+    state_path: str | None = None
+    live_path: str | None = None
+    duration_s: float = 0.0
+    status: str = "succeeded"
+    job: str = "windowed_aggregate"

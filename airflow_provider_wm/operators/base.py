@@ -1,0 +1,190 @@
+"""The one skeleton of the stateful Spark operators (controller watermark, windowed aggregate, incremental
+partitions)::
+
+    read the committed state -> covered by a later run? -> build the request -> run the job (connect or
+    submit) -> read its manifest -> publish the outputs -> XCom and asset state -> commit the state, last
+
+Each operator only builds its request and interprets its manifest (:meth:`StatefulSparkOperator.compute`);
+reading, the covered-run rule, the mirrors and the checked commit are here once. A failure anywhere before
+the commit leaves the committed state as it was: the retry starts from the same state and replaces its own
+outputs.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from airflow.sdk import Asset, BaseOperator, Context
+
+from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
+from airflow_provider_wm.contracts import JobManifest, JobRequest
+from airflow_provider_wm.hooks.spark_job import SparkJobHook
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.links import WatermarksLink
+from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
+
+__all__ = ["JobRound", "Outcome", "StatefulSparkOperator"]
+
+
+class VersionedState(Protocol):
+    """A committed state document: ``version`` counts commits, ``run_id`` names the run that made it."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+StateT = TypeVar("StateT", bound=VersionedState)
+ManifestT = TypeVar("ManifestT", bound=JobManifest)
+
+
+@dataclass(frozen=True)
+class JobRound(Generic[StateT]):
+    """What one run of a stateful operator starts from."""
+
+    context: Context
+    store: WatermarkStoreHook
+    committed: StateT | None
+    now_ms: int
+    run_id: str
+
+    @property
+    def version(self) -> int:
+        """The version this run commits: one above the committed one."""
+        return (self.committed.version if self.committed is not None else 0) + 1
+
+    @property
+    def run_folder(self) -> str:
+        """``<logical ms>-<run id>``: a retry of the same run writes to the same folder."""
+        return f"{self.now_ms}-{re.sub(r'[^A-Za-z0-9._-]', '_', self.run_id)}"
+
+
+@dataclass
+class Outcome(Generic[StateT]):
+    """What a run computed: the document to commit (None: nothing to commit, e.g. a dry run), the XCom
+    summary, and the asset event's ``extra``."""
+
+    document: StateT | None
+    summary: dict[str, Any]
+    asset_extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StatefulSparkOperator(BaseOperator, Generic[StateT]):
+    """Base of the operators that run a Spark job and carry a committed state between runs.
+
+    :param store_path: the watermark store (requests, manifests, published watermarks). Templated.
+    :param logical_time: the run's clock, default ``data_interval_end``; never later than now. Templated.
+    :param spark_conn_id: a ``spark_connect`` connection (the job runs in the task as a Spark Connect client),
+        a ``spark`` connection (``spark-submit``), or ``None``: the embedded Spark Connect server on loopback.
+    :param spark_conf: Spark options for the job (``--conf`` in submit mode; runtime SQL options of the task's
+        session in connect mode).
+    :param asset: the Asset this operator produces: an outlet, an asset event per run and the state in the
+        asset state store.
+    """
+
+    operator_extra_links = (WatermarksLink(),)
+    state_xcom_key: ClassVar[str] = "state"
+    asset_state_key: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        store_path: str,
+        logical_time: str = "{{ data_interval_end }}",
+        spark_conn_id: str | None = None,
+        spark_conf: dict[str, Any] | None = None,
+        asset: Asset | None = None,
+        max_active_tis_per_dag: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        add_asset_outlet(asset, kwargs)
+        super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
+        require_paths(store_path=store_path)
+        if not is_templated(logical_time):
+            to_epoch_ms(logical_time, "logical_time")
+        if spark_conn_id is not None and (not isinstance(spark_conn_id, str) or not spark_conn_id.strip()):
+            raise ValueError(f"spark_conn_id={spark_conn_id!r} must be a connection id or None (embedded)")
+        self.store_path = store_path
+        self.logical_time = logical_time
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self.asset = asset
+
+    # ------------------------------------------------------------------------------- what subclasses give
+
+    def read_committed(self, context: Context) -> StateT | None:
+        raise NotImplementedError
+
+    def covered_until(self, committed: StateT) -> int | None:
+        """The committed cut-off: a run at or before it has nothing to do."""
+        raise NotImplementedError
+
+    def covered(self, context: Context, committed: StateT, until_ms: int, now_ms: int) -> dict[str, Any]:
+        """The XCom of a run covered by a later one; it changes nothing."""
+        raise NotImplementedError
+
+    def compute(self, run: JobRound[StateT]) -> Outcome[StateT]:
+        """Build the request, :meth:`run_job` it, and read the manifest into the next state and the summary."""
+        raise NotImplementedError
+
+    def publish_outputs(self, run: JobRound[StateT], outcome: Outcome[StateT]) -> None:
+        """Mirrors and output watermarks, written before the commit (all of them idempotent)."""
+
+    def commit(self, document: StateT, committed: StateT | None) -> None:
+        """The checked write of the next state (the Variable): the very last step."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------ skeleton
+
+    def round_time_ms(self) -> int:
+        """The run's logical time in epoch ms. A time ahead of the wall clock is refused: input that arrives
+        between now and then would be skipped by every later run."""
+        now_ms = to_epoch_ms(self.logical_time, "logical_time")
+        if now_ms > time.time() * 1000:
+            raise ValueError(
+                f"logical_time={self.logical_time!r} ({format_ms(now_ms)}) is later than the current time: data "
+                "arriving between now and then would be skipped by every later run"
+            )
+        return now_ms
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        now_ms = self.round_time_ms()
+        committed = self.read_committed(context)
+        until = None if committed is None else self.covered_until(committed)
+        if committed is not None and until is not None and now_ms <= until:
+            return self.covered(context, committed, until, now_ms)
+        run = JobRound(context, WatermarkStoreHook(self.store_path), committed, now_ms, str(context["run_id"]))
+        outcome = self.compute(run)
+        if outcome.document is None:
+            return outcome.summary
+        self.publish_outputs(run, outcome)
+        context["ti"].xcom_push(key=self.state_xcom_key, value=outcome.document.to_json())
+        if self.asset is not None:
+            context["asset_state_store"][self.asset].set(self.asset_state_key, outcome.document.to_json())
+            context["outlet_events"][self.asset].extra = outcome.asset_extra
+        self.commit(outcome.document, committed)
+        return outcome.summary
+
+    def run_job(self, request: JobRequest, manifest_type: type[ManifestT], what: str) -> ManifestT:
+        """Run the job in the connection's mode (see :class:`SparkJobHook`) and return its manifest."""
+        hook = SparkJobHook(self.spark_conn_id, self.spark_conf, name=f"wm-{request.job}-{self.task_id}")
+        self.log.info("Running %s on %s", what, hook.describe())
+        return hook.run(request, manifest_type, what)
+
+    def covered_asset_event(self, context: Context, extra: dict[str, Any]) -> None:
+        """Airflow emits an asset event for every successful task: a covered run's says nothing changed."""
+        if self.asset is not None:
+            context["outlet_events"][self.asset].extra = extra
+
+
+def template_fields_of(*names: str) -> Sequence[str]:
+    """The operator's templated arguments plus the base's (``store_path``, ``logical_time``)."""
+    return (*names, "store_path", "logical_time")
