@@ -2,15 +2,19 @@
 
 Each test reads the files as Compose would (YAML anchors and merge keys resolved, ``${VAR:-default}``
 interpolated with an empty environment, i.e. without a ``.env`` file) and checks one property of the
-wiring: references resolve, versions agree with ``pyproject.toml``, and the Spark connection the Airflow
-services get resolves, through the apache-spark provider's own ``SparkSubmitHook``, to the compose master.
+wiring: references resolve, versions agree with ``pyproject.toml``, and the Spark connections the Airflow
+services get resolve, through the apache-spark provider's own ``SparkSubmitHook`` and ``SparkConnectHook``,
+to the compose master (submit mode) and to the compose Spark Connect server (connect mode).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import socket
+import subprocess
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +44,15 @@ REQUIRED_AIRFLOW_ENV = (
     "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
     "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
     "AIRFLOW_CONN_SPARK_DEFAULT",
+    "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
     "WM_SPARK_CONN_ID",
     "WM_EXAMPLE_BASE",
 )
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 DEPENDS_ON_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+SPARK_CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# spark-submit options that take no value (every other option takes the next word).
+SPARK_SUBMIT_FLAGS = {"--verbose", "-v", "--supervise", "--help", "-h", "--version"}
 
 _VARIABLE = re.compile(r"\$\$|\$\{(?P<braced>[A-Za-z_]\w*)(?P<default>:?-[^}]*)?\}|\$(?P<bare>[A-Za-z_]\w*)")
 
@@ -127,6 +135,29 @@ def healthcheck_text(service: dict[str, Any]) -> str:
     return test if isinstance(test, str) else " ".join(test)
 
 
+def spark_submit_arguments(words: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(options, confs)`` of a ``spark-submit`` command line (without the program): ``--master`` etc., and
+    the ``--conf key=value`` pairs."""
+    options: dict[str, str] = {}
+    confs: dict[str, str] = {}
+    remaining = iter(words)
+    for word in remaining:
+        assert word.startswith("-"), f"unexpected spark-submit argument {word!r} in {words}"
+        if word in SPARK_SUBMIT_FLAGS:
+            options[word] = ""
+            continue
+        option, _, value = word.partition("=")
+        if not value:
+            value = next(remaining, "")
+        assert value, f"{option} has no value in {words}"
+        if option in ("--conf", "-c"):
+            key, _, conf_value = value.partition("=")
+            confs[key] = conf_value
+        else:
+            options[option] = value
+    return options, confs
+
+
 def exact_pin(requirements: list[str], name: str, where: str) -> str:
     for line in requirements:
         requirement = Requirement(line)
@@ -188,6 +219,25 @@ def spark_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, A
     workers = [n for n, s in found.items() if "org.apache.spark.deploy.worker.Worker" in command_words(s)]
     assert masters == ["spark-master"] and len(workers) == 2, f"expected spark-master and two workers: {found}"
     return found
+
+
+@pytest.fixture(scope="module")
+def spark_connect(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    assert "spark-connect" in services, "no spark-connect service in docker-compose.yaml"
+    return services["spark-connect"]
+
+
+@pytest.fixture(scope="module")
+def spark_connect_arguments(spark_connect: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    words = command_words(spark_connect)
+    assert words and words[0] == "/opt/spark/bin/spark-submit", f"spark-connect does not run spark-submit: {words}"
+    return spark_submit_arguments(words[1:])
+
+
+@pytest.fixture(scope="module")
+def master_url(spark_services: dict[str, dict[str, Any]]) -> str:
+    master_env = environment(spark_services["spark-master"])
+    return f"spark://{master_env['SPARK_MASTER_HOST']}:{master_env.get('SPARK_MASTER_PORT', '7077')}"
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +321,7 @@ def test_every_airflow_service_gets_the_same_airflow_configuration_with_valid_op
     env = envs["airflow-scheduler"]
     assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
     assert env["AIRFLOW__CORE__AUTH_MANAGER"] == SIMPLE_AUTH_MANAGER
-    assert env["WM_SPARK_CONN_ID"] == "spark_default"
+    assert env["WM_SPARK_CONN_ID"] == "spark_connect_default"
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith("http://airflow-api-server:8080/")
 
 
@@ -330,6 +380,7 @@ def test_published_host_ports_do_not_clash(services):
     clashes = {port: names for port, names in owners.items() if len(names) > 1}
     assert not clashes, f"host ports published twice: {clashes}"
     assert owners.get((8080, "tcp")) == ["airflow-api-server"], owners
+    assert owners.get((15002, "tcp")) == ["spark-connect"], owners
 
 
 def test_healthchecks_cover_postgres_the_api_server_and_the_spark_master_ui(services):
@@ -402,14 +453,12 @@ def test_spark_nodes_run_the_airflow_image_so_executors_find_the_drivers_python(
 
 
 def test_spark_default_connection_resolves_to_the_compose_master_through_spark_submit_hook(
-    airflow_services, spark_services, monkeypatch
+    airflow_services, spark_services, master_url, monkeypatch
 ):
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    master_env = environment(spark_services["spark-master"])
-    master_url = f"spark://{master_env['SPARK_MASTER_HOST']}:{master_env.get('SPARK_MASTER_PORT', '7077')}"
     assert master_url == "spark://spark-master:7077"
-    conn_id = environment(airflow_services["airflow-scheduler"])["WM_SPARK_CONN_ID"]
+    conn_id = "spark_default"  # submit mode: not WM_SPARK_CONN_ID (connect mode), but still defined
     value = environment(airflow_services["airflow-scheduler"])[f"AIRFLOW_CONN_{conn_id.upper()}"]
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", value)
     resolved = SparkSubmitHook(conn_id=conn_id)._connection
@@ -423,11 +472,12 @@ def test_spark_default_connection_resolves_to_the_compose_master_through_spark_s
 
 
 def test_the_shared_data_volume_is_mounted_at_wm_example_base_in_airflow_and_spark_services(
-    airflow_services, spark_services
+    airflow_services, spark_services, spark_connect
 ):
     base = environment(airflow_services["airflow-scheduler"])["WM_EXAMPLE_BASE"]
     sources = set()
-    for name, service in {**airflow_services, **spark_services}.items():
+    # spark-connect too: in connect mode its driver reads and writes the paths the tasks pass it.
+    for name, service in {**airflow_services, **spark_services, "spark-connect": spark_connect}.items():
         at_base = [m for m in mounts(service) if m["target"].rstrip("/") == base.rstrip("/")]
         assert len(at_base) == 1 and at_base[0]["type"] == "volume", f"{name} does not mount a volume at {base}"
         sources.add(at_base[0]["source"])
@@ -440,3 +490,88 @@ def test_the_example_dags_are_mounted_into_the_airflow_dags_folder(airflow_servi
         assert len(dag_mounts) == 1 and dag_mounts[0]["type"] == "bind", f"{name}: {dag_mounts}"
         dags = (REPO / dag_mounts[0]["source"]).resolve()
         assert dags == REPO / "dags" and (dags / "example_incremental_partitions.py").is_file(), name
+
+
+def test_spark_connect_runs_the_spark_workers_image_with_spark_submit_outside_the_airflow_entrypoint(
+    spark_services, spark_connect
+):
+    # Its executors run on the workers: the same image, so the same Python for UDFs and the same Spark.
+    workers = [s for s in spark_services.values() if "org.apache.spark.deploy.worker.Worker" in command_words(s)]
+    worker_images = {(s.get("image"), dockerfile_of(s)) for s in workers}
+    assert worker_images == {(spark_connect.get("image"), dockerfile_of(spark_connect))}, worker_images
+    assert spark_connect.get("entrypoint"), "spark-connect runs spark-submit through the Airflow entrypoint"
+    assert spark_connect.get("restart") == workers[0].get("restart") == "always"
+    # The image links /opt/spark to the installed pyspark package, which ships bin/spark-submit.
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin
+    assert (Path(spec.origin).parent / "bin" / "spark-submit").is_file()
+
+
+def test_spark_connect_runs_the_connect_server_against_the_compose_master_on_all_interfaces_port_15002(
+    spark_connect, spark_connect_arguments, master_url
+):
+    options, confs = spark_connect_arguments
+    assert options.get("--class") == SPARK_CONNECT_SERVER
+    assert options.get("--master") == master_url == "spark://spark-master:7077"
+    assert confs.get("spark.connect.grpc.binding.address") == "0.0.0.0"  # reachable from other containers
+    assert confs.get("spark.connect.grpc.binding.port") == "15002"
+    assert "--deploy-mode" not in options or options["--deploy-mode"] == "client", "the server must run here"
+    condition = (spark_connect.get("depends_on") or {}).get("spark-master", {}).get("condition")
+    assert condition in ("service_healthy", "service_started"), f"spark-connect -> spark-master: {condition}"
+
+
+def test_the_spark_connect_server_jar_of_the_pinned_pyspark_is_in_the_installed_pyspark(pyproject_dependencies):
+    pinned = exact_pin(pyproject_dependencies, "pyspark", "pyproject.toml")
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin
+    jar = Path(spec.origin).parent / "jars" / f"spark-connect_2.13-{pinned}.jar"
+    assert jar.is_file(), f"{jar} is missing: the server class cannot load"
+    with zipfile.ZipFile(jar) as archive:
+        assert SPARK_CONNECT_SERVER.replace(".", "/") + ".class" in archive.namelist()
+
+
+def test_spark_connect_healthcheck_probes_the_grpc_port_and_detects_a_listener(spark_connect, spark_connect_arguments):
+    port = spark_connect_arguments[1]["spark.connect.grpc.binding.port"]
+    test = spark_connect["healthcheck"]["test"]
+    assert test[0] == "CMD" and port in " ".join(test[1:]), f"healthcheck does not probe port {port}: {test}"
+    published = {container: host for _, host, container, _ in published_ports(spark_connect)}
+    assert published.get(int(port)) == int(port), f"the gRPC port is published as {published}"
+
+    # The probe itself, run here against a free port instead of the server's.
+    def probe(on_port: int) -> int:
+        command = [word.replace(port, str(on_port)) for word in test[1:]]
+        return subprocess.run(command, capture_output=True, timeout=10, check=False).returncode
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        free_port = listener.getsockname()[1]
+        assert probe(free_port) == 0, "the healthcheck fails against a listening port"
+    assert probe(free_port) != 0, "the healthcheck passes with nothing listening"
+
+
+def test_the_scheduler_which_runs_the_tasks_waits_for_a_healthy_spark_connect(airflow_services):
+    assert environment(airflow_services["airflow-scheduler"])["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    depends_on = airflow_services["airflow-scheduler"].get("depends_on") or {}
+    assert depends_on.get("spark-connect", {}).get("condition") == "service_healthy", depends_on
+
+
+def test_spark_connect_default_connection_resolves_to_the_compose_server_through_spark_connect_hook(
+    airflow_services, spark_connect_arguments, monkeypatch
+):
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk import Connection
+
+    env = environment(airflow_services["airflow-scheduler"])
+    conn_id = env["WM_SPARK_CONN_ID"]
+    assert conn_id == SparkConnectHook.default_conn_name == "spark_connect_default"
+    value = env[f"AIRFLOW_CONN_{conn_id.upper()}"]
+    connection = Connection(conn_id=conn_id, uri=value)
+    port = int(spark_connect_arguments[1]["spark.connect.grpc.binding.port"])
+    assert (connection.conn_type, connection.host, connection.port) == (
+        SparkConnectHook.conn_type,
+        "spark-connect",
+        port,
+    )
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", value)
+    assert SparkConnectHook(conn_id=conn_id).get_connection_url() == f"sc://spark-connect:{port}/"
