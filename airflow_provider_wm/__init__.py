@@ -31,6 +31,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": integration,
                 "python-modules": [
                     "airflow_provider_wm.hooks.watermark_store",
+                    "airflow_provider_wm.hooks.spark_job",
                     "airflow_provider_wm.hooks.spark_submit",
                 ],
             }

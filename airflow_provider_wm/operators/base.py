@@ -173,9 +173,10 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self.commit(outcome.document, committed)
         return outcome.summary
 
-    def run_job(self, request: JobRequest, manifest_type: type[ManifestT], what: str) -> ManifestT:
-        """Run the job in the connection's mode (see :class:`SparkJobHook`) and return its manifest."""
-        hook = SparkJobHook(self.spark_conn_id, self.spark_conf, name=f"wm-{request.job}-{self.task_id}")
+    def run_job(self, request: JobRequest, manifest_type: type[ManifestT], what: str, name: str) -> ManifestT:
+        """Run the job in the connection's mode (see :class:`SparkJobHook`) and return its manifest; ``name``
+        is the Spark application's (submit mode), e.g. ``wm-controller-orders``."""
+        hook = SparkJobHook(self.spark_conn_id, self.spark_conf, name=name)
         self.log.info("Running %s on %s", what, hook.describe())
         return hook.run(request, manifest_type, what)
 

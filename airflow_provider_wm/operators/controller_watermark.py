@@ -113,7 +113,9 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
             processed_marks=cutoff.processed_marks if cutoff else 0,
         )
         self.log.info("Controller round for %s", format_ms(run.now_ms))
-        manifest = self.run_job(request, ControllerManifest, f"controller job for {self.controller!r}")
+        manifest = self.run_job(
+            request, ControllerManifest, f"controller job for {self.controller!r}", f"wm-controller-{self.controller}"
+        )
         published = self._publish_watermarks(run, manifest)
         summary = {
             "controller": self.controller,

@@ -401,7 +401,9 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
                 round_out=f"{round_dir}/attempt-{try_number}",
             )
             self.log.info("%s work units of %s execute", len(pending), self.pipeline)
-            manifest = self.run_job(request, PartitionsManifest, f"partitions job for {self.pipeline!r}")
+            manifest = self.run_job(
+                request, PartitionsManifest, f"partitions job for {self.pipeline!r}", f"wm-partitions-{self.pipeline}"
+            )
             manifests.append(manifest)
             for entry in manifest.work_units:
                 outcome[(entry.partition_start, entry.unit)] = entry.status

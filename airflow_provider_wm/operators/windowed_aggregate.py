@@ -416,7 +416,9 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             format_ms(committed.watermark_ms if committed else None),
             format_ms(source_watermark),
         )
-        manifest = self.run_job(request, WindowedManifest, f"windowed aggregate {self.pipeline!r}")
+        manifest = self.run_job(
+            request, WindowedManifest, f"windowed aggregate {self.pipeline!r}", f"wm-windows-{self.pipeline}"
+        )
         self._log_manifest(manifest)
         document = WindowedState(
             pipeline=self.pipeline,

@@ -70,8 +70,10 @@ def run_examples(base: Path) -> dict[str, Any]:
     order_events.write(base)
     orders_data.write_history(base / "orders", orders_data.FIRST_RUN)
     dags = {dag_id: load_example_dag(dag_id) for dag_id in HOURLY_DAGS}
-    for hour in (1, 2):
+    for hour in (1, 2):  # the second hour starts from the first one's state; the chain and merge run once
         for dag_id, dag in dags.items():
+            if hour == 1 and dag_id in ("example_pipeline_chain", "example_orders_deliveries"):
+                continue
             _run, states = run_dag(dag, data.START + timedelta(hours=hour))
             assert set(states.values()) == {"success"}, (dag_id, hour, states)
     _run, states = run_dag(load_example_dag("example_incremental_partitions"), orders_data.FIRST_RUN)
