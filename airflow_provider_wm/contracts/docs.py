@@ -26,7 +26,7 @@ from airflow_provider_wm.contracts import (
     WorkUnitRequest,
 )
 
-__all__ = ["DOCUMENTED", "START", "END", "render"]
+__all__ = ["DOCUMENTED", "END", "START", "render"]
 
 START, END = "<!-- contracts:start -->", "<!-- contracts:end -->"
 DOCUMENTED: tuple[type, ...] = (
