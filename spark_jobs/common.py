@@ -31,12 +31,9 @@ RequestT = TypeVar("RequestT", bound=JobRequest)
 ManifestT = TypeVar("ManifestT", bound=JobManifest)
 
 
-def get_session(app_name: str) -> SparkSession:
-    """The active session (tests share one) or a new one configured by spark-submit."""
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    return SparkSession.builder.appName(app_name).getOrCreate()
+def get_session() -> SparkSession:
+    """The session spark-submit configured (its ``--name`` is the application's name)."""
+    return SparkSession.builder.getOrCreate()
 
 
 @contextlib.contextmanager
@@ -88,7 +85,7 @@ def submit_main(
     if document is None:
         raise SystemExit(f"no request at {arguments[0]}")
     request = request_type.from_json(document)
-    spark = get_session(f"wm-{request.job}")
+    spark = get_session()
     manifest = run_and_record(spark, request, run)
     print(f"{request.job}: {json.dumps(manifest.to_json().get('totals'), sort_keys=True)}", flush=True)
     return 0

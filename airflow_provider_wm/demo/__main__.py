@@ -40,7 +40,7 @@ def _prepare_environment() -> None:
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_DAGS)
     os.environ["WM_EXAMPLE_BASE"] = str(DEMO_DIR / "data")
-    os.environ.setdefault("WM_EXAMPLE_SENSOR_TIMEOUT", "15")
+    os.environ.setdefault("WM_EXAMPLE_SENSOR_TIMEOUT", "3")  # each run follows the one that publishes
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
