@@ -25,8 +25,9 @@ Rules:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.sdk import Asset, Variable
 
@@ -34,6 +35,7 @@ __all__ = [
     "ControllerCutoff",
     "CutoffConflict",
     "PipelineState",
+    "StateDamaged",
     "WindowedState",
     "commit_cutoff",
     "commit_pipeline_state",
@@ -43,6 +45,7 @@ __all__ = [
     "pipeline_variable_key",
     "read_cutoff",
     "read_pipeline_state",
+    "read_state_variable",
     "read_windowed_state",
     "windowed_variable_key",
 ]
@@ -50,6 +53,35 @@ __all__ = [
 
 class CutoffConflict(RuntimeError):
     """Another run committed a newer cut-off while this one was running."""
+
+
+class StateDamaged(ValueError):
+    """A committed state document that cannot be read: the message names the Variable (or file) and the value."""
+
+
+T = TypeVar("T")
+
+
+def read_state_variable(key: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
+    """The document in the Variable ``key`` parsed by ``parse``; None when the Variable is absent or empty.
+
+    A value that is not a state document (not JSON, ``null``, ``[]``, ``{}``, a field missing or of the wrong
+    type) fails with :class:`StateDamaged` naming the Variable, never a bare ``KeyError``.
+    """
+    raw = Variable.get(key, default=None)
+    if raw in (None, ""):
+        return None
+    try:
+        data = raw if isinstance(raw, dict) else json.loads(raw)
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a JSON {type(data).__name__}, not an object")
+        return parse(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise StateDamaged(
+            f"Variable {key!r} does not hold a state document ({problem}); its value begins {str(raw)[:80]!r}. "
+            "Restore it (the asset state store and the store's state.json keep copies) or delete it to start over."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -85,11 +117,7 @@ def cutoff_variable_key(controller: str) -> str:
 
 
 def read_cutoff(controller: str) -> ControllerCutoff | None:
-    raw = Variable.get(cutoff_variable_key(controller), default=None)
-    if raw in (None, ""):
-        return None
-    data = raw if isinstance(raw, dict) else json.loads(raw)
-    return ControllerCutoff.from_json(data)
+    return read_state_variable(cutoff_variable_key(controller), ControllerCutoff.from_json)
 
 
 def commit_cutoff(new: ControllerCutoff, expected: ControllerCutoff | None) -> None:
@@ -168,10 +196,7 @@ def pipeline_variable_key(pipeline: str) -> str:
 
 
 def read_pipeline_state(pipeline: str) -> PipelineState | None:
-    raw = Variable.get(pipeline_variable_key(pipeline), default=None)
-    if raw in (None, ""):
-        return None
-    return PipelineState.from_json(raw if isinstance(raw, dict) else json.loads(raw))
+    return read_state_variable(pipeline_variable_key(pipeline), PipelineState.from_json)
 
 
 def commit_pipeline_state(new: PipelineState, expected: PipelineState | None) -> None:
@@ -246,10 +271,7 @@ def windowed_variable_key(pipeline: str) -> str:
 
 
 def read_windowed_state(pipeline: str) -> WindowedState | None:
-    raw = Variable.get(windowed_variable_key(pipeline), default=None)
-    if raw in (None, ""):
-        return None
-    return WindowedState.from_json(raw if isinstance(raw, dict) else json.loads(raw))
+    return read_state_variable(windowed_variable_key(pipeline), WindowedState.from_json)
 
 
 def commit_windowed_state(new: WindowedState, expected: WindowedState | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 import pendulum
@@ -48,6 +49,8 @@ def duration_ms(value: Any, argument: str) -> int:
     if isinstance(value, dt.timedelta):
         ms = int(value.total_seconds() * 1000)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ValueError(f"{argument}={value!r} is not a finite number of seconds")
         ms = int(value * 1000)
     elif isinstance(value, str):
         try:

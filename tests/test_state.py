@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from airflow.models.variable import Variable
 from airflow.sdk import task
 
 from airflow_provider_wm.state import (
     CutoffConflict,
     PipelineState,
+    StateDamaged,
     commit_pipeline_state,
+    cutoff_variable_key,
     pipeline_variable_key,
+    read_cutoff,
     read_pipeline_state,
 )
 from tests.airflow_helpers import fresh_dag, run_dag, xcom
@@ -71,3 +75,26 @@ def test_a_partition_state_never_moves_its_cutoff_back(airflow_db):
     assert states == {"older_after_newer": "success"}
     assert "refusing to move processed_until_ms back from 2000 to 1000" in xcom(run, "older_after_newer")
     assert Variable.get(pipeline_variable_key("p_back"), deserialize_json=True)["run_id"] == "newer"
+
+
+@pytest.mark.parametrize("value", ["{not json", "null", "[]", "{}", '{"controller": "c", "version": "x"}'])
+def test_a_variable_that_holds_no_state_document_fails_naming_the_variable(airflow_db, value):
+    Variable.set(cutoff_variable_key("c_damaged"), value)
+    dag = fresh_dag("damaged")
+    with dag:
+
+        @task
+        def read() -> str:
+            try:
+                read_cutoff("c_damaged")
+            except StateDamaged as exc:
+                return str(exc)
+            return "no error"
+
+        read()
+    try:
+        run, states = run_dag(dag)
+    finally:
+        Variable.delete(cutoff_variable_key("c_damaged"))
+    assert states == {"read": "success"}
+    assert "Variable 'wm_controller__c_damaged' does not hold a state document" in xcom(run, "read")

@@ -52,7 +52,20 @@ log = logging.getLogger(__name__)
 _LOG_NAME = re.compile(r"(-?\d+)-(-?\d+)\.json")  # <computed_at_ms>-<lower_ms>.json, see publish()
 _RUN_NAME = re.compile(r"v(\d+)")
 
-__all__ = ["WatermarkStoreHook", "validate_name"]
+__all__ = ["WatermarkStoreHook", "producer", "validate_name"]
+
+
+def producer(record: Mapping[str, Any]) -> str:
+    """Who publishes a stream: ``controller <name>`` (a source stream) or ``pipeline <name>`` (a derived one).
+
+    >>> producer({"controller": "orders"}), producer({"pipeline": "orders_5m"})
+    ('controller orders', 'pipeline orders_5m')
+    """
+    if record.get("controller"):
+        return f"controller {record['controller']}"
+    if record.get("pipeline"):
+        return f"pipeline {record['pipeline']}"
+    return "an unnamed publisher"
 
 
 def validate_name(value: object, argument: str) -> str:
@@ -216,11 +229,19 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             return dict(json.loads(handle.read().decode("utf-8")))
 
     def _read_json(self, path: str) -> dict[str, Any] | None:
+        """The JSON object at ``path``; None when there is none; a damaged file fails naming ``path``."""
         try:
             with self.fs.open(path, "rb") as handle:
-                return dict(json.loads(handle.read().decode("utf-8")))
+                text = handle.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not a JSON document ({exc}): it begins {text[:60]!r}") from None
+        if not isinstance(document, dict):
+            raise ValueError(f"{path} holds a JSON {type(document).__name__}, not a record")
+        return document
 
     def read_time_window(
         self,
@@ -282,7 +303,12 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         what = f"stream {stream}" if wm_key is None else f"stream {stream} key {wm_key}"
         payload = {**record, "published_at_ms": int(time.time() * 1000)}
         with self._stream_lock(stream):
-            latest = self.read_latest(stream, wm_key)
+            latest = self._effective_latest(stream, wm_key)
+            if latest is not None and "lower_ms" in latest and len(latest) > 1 and producer(latest) != producer(record):
+                raise ValueError(
+                    f"{what} is published by {producer(latest)}, not by {producer(record)}: a stream has one "
+                    "producer (name derived streams with output_stream=... so they do not collide)"
+                )
             if latest is not None and lower <= int(latest["lower_ms"]):
                 log.warning(
                     "Watermark of %s not written: lower_ms=%s is not above the latest %s",
@@ -296,6 +322,33 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             self._write_atomic(self.watermark_path(stream, wm_key, "latest.json"), payload)
         log.info("Published watermark of %s: lower_ms=%s", what, lower)
         return True
+
+    def latest_lower_ms(self, stream: str, wm_key: str | None = None) -> int | None:
+        """The lower bound a new watermark of ``stream`` must pass: ``latest``'s, or the log's highest when
+        ``latest.json`` is missing or damaged."""
+        latest = self._effective_latest(stream, wm_key)
+        return None if latest is None else int(latest["lower_ms"])
+
+    def _effective_latest(self, stream: str, wm_key: str | None) -> dict[str, Any] | None:
+        """``latest.json``, or when it is lost or damaged the log's highest record (a watermark never goes back
+        because a file went missing); ``{"lower_ms": ...}`` alone when that record is damaged too (the log's
+        file names carry the lower bound)."""
+        try:
+            latest = self.read_latest(stream, wm_key)
+        except ValueError as exc:
+            log.warning("%s; using the watermark log instead", exc)
+            latest = None
+        if latest is not None:
+            return latest
+        index = self.read_log_index(stream, wm_key)
+        if not index:
+            return None
+        computed, lower = max(index, key=lambda entry: entry[1])
+        try:
+            logged = self._read_json(self.watermark_path(stream, wm_key, "log", f"{computed:015d}-{lower:015d}.json"))
+        except ValueError:
+            logged = None
+        return {**(logged or {}), "lower_ms": lower}
 
     def write_pipeline_state(self, pipeline: str, document: Mapping[str, Any]) -> None:
         """Replace the pipeline's state document (atomically). The operator writes it only after its job

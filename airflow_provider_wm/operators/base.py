@@ -22,9 +22,11 @@ from airflow.sdk import Asset, BaseOperator, Context
 
 from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
 from airflow_provider_wm.contracts import JobManifest, JobRequest
+from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.spark_job import SparkJobHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.links import WatermarksLink
+from airflow_provider_wm.state import StateDamaged
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 
 __all__ = ["JobRound", "Outcome", "StatefulSparkOperator"]
@@ -131,6 +133,10 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         """The XCom of a run covered by a later one; it changes nothing."""
         raise NotImplementedError
 
+    def snapshot_paths(self, committed: StateT) -> dict[str, str | None]:
+        """The files the committed state points to, by the name of their field: each must exist."""
+        return {}
+
     def compute(self, run: JobRound[StateT]) -> Outcome[StateT]:
         """Build the request, :meth:`run_job` it, and read the manifest into the next state and the summary."""
         raise NotImplementedError
@@ -161,6 +167,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         until = None if committed is None else self.covered_until(committed)
         if committed is not None and until is not None and now_ms <= until:
             return self.covered(context, committed, until, now_ms)
+        if committed is not None:
+            self.verify_snapshots(committed)
         run = JobRound(context, WatermarkStoreHook(self.store_path), committed, now_ms, str(context["run_id"]))
         outcome = self.compute(run)
         if outcome.document is None:
@@ -172,6 +180,16 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
             context["outlet_events"][self.asset].extra = outcome.asset_extra
         self.commit(outcome.document, committed)
         return outcome.summary
+
+    def verify_snapshots(self, committed: StateT) -> None:
+        """A state whose snapshot is gone is damaged: starting from nothing would let a watermark move back or
+        a window never fire, so the run fails and names the missing path."""
+        for field_name, path in self.snapshot_paths(committed).items():
+            if path and not exists(path):
+                raise StateDamaged(
+                    f"the committed state (version {committed.version}) points to {field_name}={path}, which does "
+                    "not exist: restore it, or delete the state's Variable to start over from nothing"
+                )
 
     def run_job(self, request: JobRequest, manifest_type: type[ManifestT], what: str, name: str) -> ManifestT:
         """Run the job in the connection's mode (see :class:`SparkJobHook`) and return its manifest; ``name``

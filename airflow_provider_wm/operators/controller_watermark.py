@@ -81,6 +81,9 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
     def read_committed(self, context: Context) -> ControllerCutoff | None:
         return read_cutoff(self.controller)
 
+    def snapshot_paths(self, committed: ControllerCutoff) -> dict[str, str | None]:
+        return {"state_path": committed.state_path}
+
     def covered_until(self, committed: ControllerCutoff) -> int | None:
         return committed.processed_until_ms
 

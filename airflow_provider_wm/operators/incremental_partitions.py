@@ -201,8 +201,10 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
             self.backfill: tuple[int, int] | None = (start, end)
         else:
             self.backfill = None
-        if max_work_units is not None and (isinstance(max_work_units, bool) or int(max_work_units) < 1):
-            raise ValueError(f"max_work_units={max_work_units!r} must be a positive number")
+        if max_work_units is not None and (
+            not isinstance(max_work_units, int) or isinstance(max_work_units, bool) or max_work_units < 1
+        ):
+            raise ValueError(f"max_work_units={max_work_units!r} must be a positive whole number")
         self.max_work_units = max_work_units
         self.source, self.target = source, target
         self.time_column: str = time_column

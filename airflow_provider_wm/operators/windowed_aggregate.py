@@ -367,6 +367,9 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         self._check_spec_unchanged(committed)
         return committed
 
+    def snapshot_paths(self, committed: WindowedState) -> dict[str, str | None]:
+        return {"state_path": committed.state_path, "live_path": committed.live_path}
+
     def covered_until(self, committed: WindowedState) -> int | None:
         return committed.arrival_until_ms
 

@@ -67,7 +67,8 @@ def _bad_name(error: ValueError) -> HTTPException:
 
 def create_app() -> FastAPI:
     """The plugin's app: every route behind Airflow's authentication."""
-    app = FastAPI(title="Watermarks", dependencies=[Depends(get_user)])
+    # no /docs, /redoc or /openapi.json: FastAPI serves them outside the app's auth dependency
+    app = FastAPI(title="Watermarks", dependencies=[Depends(get_user)], docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:

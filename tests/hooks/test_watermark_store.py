@@ -3,6 +3,8 @@ from __future__ import annotations
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 
@@ -218,3 +220,63 @@ def test_streams_pipelines_and_stream_status_are_listed_and_read_back(tmp_path):
     assert store.read_stream_status("payments") is None
     with pytest.raises(ValueError, match="stream"):
         store.read_stream_status("../pipelines")
+
+
+def test_a_lost_latest_record_does_not_let_a_lower_watermark_in(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.publish(record(5000))
+    (tmp_path / "streams" / "orders" / "latest.json").unlink()
+    assert not store.publish(record(3000))  # the log still says 5000
+    assert store.publish(record(6000))
+    assert store.read_latest("orders")["lower_ms"] == 6000
+
+
+def test_a_truncated_latest_record_does_not_let_a_lower_watermark_in(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.publish(record(5000))
+    (tmp_path / "streams" / "orders" / "latest.json").write_text('{"stream": "ord')
+    assert not store.publish(record(3000))
+    assert store.publish(record(7000))
+    assert store.read_latest("orders")["lower_ms"] == 7000
+
+
+def test_a_stream_has_one_producer_so_a_pipeline_cannot_publish_into_a_controllers_stream(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.publish({**record(5000), "controller": "orders_controller"})
+    with pytest.raises(ValueError, match="stream orders is published by controller orders_controller, not by pipeline"):
+        store.publish({**record(9000), "pipeline": "orders", "stream_cut": None})
+    assert store.read_latest("orders")["lower_ms"] == 5000
+
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("publish"), st.integers(min_value=0, max_value=50)),
+        st.tuples(st.sampled_from(["lose latest", "corrupt latest", "corrupt a log record", "restart"]), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations=OPERATIONS)
+def test_no_sequence_of_store_operations_lets_the_latest_watermark_regress(tmp_path_factory, operations):
+    base = tmp_path_factory.mktemp("store")
+    store, highest = WatermarkStoreHook(str(base)), None
+    stream_dir = base / "streams" / "orders"
+    for operation, value in operations:
+        if operation == "publish":
+            written = store.publish(record(value * 1000, computed_at=value))
+            assert written == (highest is None or value * 1000 > highest)
+            highest = value * 1000 if written else highest
+        elif operation == "lose latest":
+            (stream_dir / "latest.json").unlink(missing_ok=True)
+        elif operation == "corrupt latest" and (stream_dir / "latest.json").exists():
+            (stream_dir / "latest.json").write_text("{")
+        elif operation == "corrupt a log record" and (stream_dir / "log").exists():
+            logs = sorted((stream_dir / "log").glob("*.json"))
+            if logs:
+                logs[0].write_text("not json")
+        elif operation == "restart":
+            store = WatermarkStoreHook(str(base))
+        latest = store.latest_lower_ms("orders")
+        assert latest == highest

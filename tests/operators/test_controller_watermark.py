@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -94,6 +95,12 @@ def test_a_failed_spark_job_leaves_the_cutoff_unchanged_and_a_retry_continues(ai
     assert summary["streams"]["orders"]["watermark"]["lower_ms"] == committed["processed_until_ms"]
     assert summary["published"] == {"orders": True, "payments": True, "deliveries": True, "refunds": True}
     assert xcom(run, "controller", "cutoff") == committed
+
+    # the snapshot the cut-off points to is lost: the next round fails naming it, and nothing moves back
+    shutil.rmtree(committed["state_path"])
+    _run, states = run_dag(controller_dag(tmp_path, "c_fail"), HOUR_1_END + timedelta(hours=1))
+    assert states == {"controller": "failed"}
+    assert cutoff("c_fail") == committed
 
 
 def test_a_logical_time_in_the_future_is_refused(airflow_db, tmp_path):

@@ -241,6 +241,13 @@ def test_a_failed_run_commits_nothing_and_a_changed_spec_is_refused(airflow_db, 
     assert states == {"revenue": "failed"} and committed("revenue_b")["version"] == 1
 
 
+def test_a_logical_time_in_the_future_is_refused_before_anything_is_read(airflow_db, tmp_path):
+    future = datetime.now(UTC) + timedelta(days=1)
+    _run, states = run_dag(aggregate_dag(tmp_path, "w_future", logical_time=future.isoformat()), T0)
+    assert states == {"revenue": "failed"}
+    assert committed("w_future") is None
+
+
 def rollup_of(source, **kwargs):
     arguments = {
         "task_id": "hourly",

@@ -47,6 +47,12 @@ def test_an_anonymous_request_gets_401(client, store, route):
     assert client.get(route).status_code == 401
 
 
+@pytest.mark.parametrize("route", ["/wm/docs", "/wm/redoc", "/wm/openapi.json"])
+def test_no_api_documentation_is_served_outside_the_auth(client, store, token, route):
+    assert client.get(route).status_code == 404
+    assert client.get(route, headers={"Authorization": f"Bearer {token}"}).status_code == 404
+
+
 def test_an_invalid_token_is_refused(client, store):
     assert client.get("/wm/api/overview", headers={"Authorization": "Bearer forged"}).status_code in (401, 403)
 
