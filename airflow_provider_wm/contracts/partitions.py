@@ -46,13 +46,9 @@ class PartitionsRequest(JobRequest):
 
 
 @dataclass(frozen=True)
-class WorkUnitOutcome(Contract):
-    partition_start: int
-    partition_end: int
-    unit: str
-    range_start: int
-    range_end: int
-    reason: str
+class WorkUnitOutcome(WorkUnitRequest):
+    """A requested work unit with its partition key and what the job did with it."""
+
     wm_partition: str
     status: str
     rows_read: int = 0
