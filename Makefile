@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo airflow test lint bench bench-partitions bench-windows bench-rollup bench-page clean
+.PHONY: setup browser demo airflow test lint bench bench-partitions bench-windows bench-rollup bench-page bench-latency clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,9 @@ bench-rollup: setup
 
 bench-page: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/watermarks_page.py
+
+bench-latency: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/task_latency.py
 
 clean:
 	rm -rf .demo .airflow .artifacts build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
