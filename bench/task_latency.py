@@ -142,16 +142,9 @@ def write_marks(data: Path) -> tuple[str, str]:
             rows["position"].append([(first, step * 10), ((first + 1) % SEGMENTS, step * 10 + 5)])
             rows["kind"].append("note")
             rows["reported_at_ms"].append(time_ms + 500)
-    schema = pa.schema(
-        [
-            ("stream", pa.string()),
-            ("writer_id", pa.string()),
-            ("time_ms", pa.int64()),
-            ("position", pa.map_(pa.int64(), pa.int64())),
-            ("kind", pa.string()),
-            ("reported_at_ms", pa.int64()),
-        ]
-    )
+    from airflow_provider_wm.demo.data import MARKS_SCHEMA
+
+    schema = pa.schema([MARKS_SCHEMA.field(name) for name in rows])  # the contract's types, its required columns
     marks = data / "marks"
     marks.mkdir(parents=True)
     pq.write_table(pa.Table.from_pydict(rows, schema=schema), marks / "part-0.parquet")
@@ -285,19 +278,6 @@ def register(dag: Any) -> None:
     sync_bag_to_db(bag, "dags-folder", None)
 
 
-def xcom(run: Any, task_id: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        row = (
-            session.query(XComModel)
-            .filter_by(dag_id=run.dag_id, run_id=run.run_id, task_id=task_id, key="return_value")
-            .one_or_none()
-        )
-        return None if row is None else XComModel.deserialize_value(row)
-
-
 # --- checks: the whole workload ran, nothing was covered -------------------------------------------------
 
 
@@ -348,6 +328,8 @@ def run_once(
     """One DAG run in ``mode``: each task's seconds (task instance end - start), each job's seconds
     (:func:`job_seconds`) and the wall time of ``dag.test()``. Raises SystemExit naming the task when one did
     not succeed or did not do its work."""
+    from airflow_provider_wm.demo.report import xcom_value
+
     dag_id = f"bench_latency_{mode}_{repetition}_{uuid.uuid4().hex[:6]}"
     dag = build_dag(dag_id, mode, inputs, runs)
     register(dag)
@@ -360,7 +342,7 @@ def run_once(
             problems.append(f"{ti.task_id}: state {ti.state}")
             continue
         check = CHECKS.get(ti.task_id)
-        problem = check(xcom(run, ti.task_id) or {}) if check else None
+        problem = check(xcom_value(run, ti.task_id) or {}) if check else None
         if problem:
             problems.append(f"{ti.task_id}: {problem}")
         seconds[ti.task_id] = (ti.end_date - ti.start_date).total_seconds()

@@ -105,7 +105,7 @@ def size_shuffles(spark: SparkSession) -> None:
     """Unless the submitter chose, shuffle into as many partitions as a local master has cores, not Spark's 200.
 
     After a job's first scan its frames are small; 200 partitions per shuffle would cost more than the work.
-    Read from the session's conf (no ``sparkContext``: this also runs over Spark Connect).
+    Read from the session's conf alone, which Spark Connect has too.
     """
     if spark.conf.get("spark.sql.shuffle.partitions") != "200":
         return
