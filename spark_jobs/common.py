@@ -18,11 +18,29 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, IntegralType, StringType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    IntegralType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from airflow_provider_wm.contracts import JobFailure, JobManifest, JobRequest
+from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 from airflow_provider_wm.documents import delete_tree, exists, read_document, write_document
 
 log = logging.getLogger(__name__)
@@ -119,15 +137,81 @@ def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
-def read_parquet_or_empty(spark: SparkSession, path: str | None, schema: StructType) -> DataFrame:
-    """The Parquet dataset at ``path`` with ``schema``'s columns, or an empty frame when there is none."""
-    if not path or not path_exists(spark, path):
-        return empty_frame(spark, schema)
-    df = spark.read.parquet(path)
-    missing = [f.name for f in schema.fields if f.name not in df.columns]
+def read_dataset(spark: SparkSession, path: str, data_format: str = "parquet") -> DataFrame | None:
+    """The dataset at ``path``, or ``None`` when there is none: no path, or a folder with no data file yet
+    (Spark cannot infer a schema from an empty folder; that is an input with no rows, not an error)."""
+    if not path_exists(spark, path):
+        return None
+    try:
+        frame = spark.read.format(data_format).load(path)
+        frame.schema  # noqa: B018 - resolves the read now, so an empty folder is told apart here
+    except AnalysisException as exc:
+        if exc.getCondition() == "UNABLE_TO_INFER_SCHEMA":
+            return None
+        raise
+    return frame
+
+
+def conform(frame: DataFrame, schema: StructType, path: str) -> DataFrame:
+    """``frame``'s columns of ``schema``, each of its declared type, checked before any row is read.
+
+    An integer of another width is widened; a Parquet ``TIMESTAMP`` where epoch milliseconds are declared
+    (a ``*_ms`` column, as pandas writes datetimes) is converted with ``unix_millis``; any other type fails
+    naming the dataset, the column, its type and the expected one, instead of a cast that silently changes
+    the meaning (a timestamp cast to long is seconds, not milliseconds).
+    """
+    actual = {field.name: field.dataType for field in frame.schema.fields}
+    missing = [f.name for f in schema.fields if f.name not in actual]
     if missing:
-        raise ValueError(f"dataset {path} lacks required columns {missing}; it has {df.columns}")
-    return df.select(*[df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
+        raise ValueError(f"dataset {path} lacks required columns {missing}; it has {sorted(actual)}")
+    columns = []
+    for field in schema.fields:
+        have, want, column = actual[field.name], field.dataType, frame[field.name]
+        if have == want:
+            columns.append(column)
+        elif _widens(have, want):
+            columns.append(column.cast(want).alias(field.name))
+        elif isinstance(want, LongType) and field.name.endswith("_ms") and isinstance(have, _TIMESTAMPS):
+            columns.append(F.unix_millis(column.cast("timestamp")).alias(field.name))
+        else:
+            raise ValueError(
+                f"dataset {path}: column {field.name!r} has type {have.simpleString()}, expected {want.simpleString()}"
+            )
+    return frame.select(*columns)
+
+
+_TIMESTAMPS = (TimestampType, TimestampNTZType)
+
+
+def _widens(have: DataType, want: DataType) -> bool:
+    """An integer into a wider-or-equal integer, an integer or float into a double, or a map/array whose parts
+    widen: no change of meaning."""
+    if isinstance(have, IntegralType) and isinstance(want, IntegralType):
+        return _INTEGER_WIDTHS[type(have)] <= _INTEGER_WIDTHS[type(want)]
+    if isinstance(want, DoubleType):
+        return isinstance(have, (FloatType, IntegralType))
+    if isinstance(have, MapType) and isinstance(want, MapType):
+        return _widens(have.keyType, want.keyType) and _widens(have.valueType, want.valueType)
+    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
+        return _widens(have.elementType, want.elementType)
+    return have == want
+
+
+_INTEGER_WIDTHS = {ByteType: 1, ShortType: 2, IntegerType: 4, LongType: 8}
+
+
+def read_parquet_or_empty(spark: SparkSession, path: str | None, schema: StructType) -> DataFrame:
+    """The Parquet dataset at ``path`` conformed to ``schema`` (:func:`conform`), or an empty frame when there
+    is none (no path, or a folder with no data file)."""
+    frame = read_dataset(spark, path) if path else None
+    if frame is None:
+        return empty_frame(spark, schema)
+    return conform(frame, schema, path or "")
+
+
+def invalid_time(column: Column) -> Column:
+    """``not core.times.is_valid_time_ms``: a null time, or one outside ``[MIN_TIME_MS, MAX_TIME_MS]``."""
+    return column.isNull() | (column < F.lit(MIN_TIME_MS)) | (column > F.lit(MAX_TIME_MS))
 
 
 def parse_time(column: Column, data_type: Any, name: str) -> Column:

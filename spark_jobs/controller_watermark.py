@@ -57,8 +57,10 @@ from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from airflow_provider_wm.core.segments import Segment, complete_cut
 from spark_jobs.common import (
     active_session,
+    conform,
     empty_frame,
-    path_exists,
+    invalid_time,
+    read_dataset,
     read_parquet_or_empty,
     size_shuffles,
     submit_main,
@@ -158,17 +160,18 @@ UNREPORTED = (Quarantine.INVALID_STREAM.value, Quarantine.INVALID_WM_KEY.value)
 
 
 def read_marks(spark: SparkSession, path: str) -> DataFrame:
-    """The marks with ``MARKS_SCHEMA``'s columns; the optional progress columns are null when absent."""
-    if path_exists(spark, path):
-        present = spark.read.parquet(path).columns
-        missing = [c for c in OPTIONAL_COLUMNS if c not in present]
-        if missing:
-            required = StructType([f for f in MARKS_SCHEMA.fields if f.name not in missing])
-            marks = read_parquet_or_empty(spark, path, required)
-            for name in missing:
-                marks = marks.withColumn(name, F.lit(None).cast(MARKS_SCHEMA[name].dataType))
-            return with_key(marks.select(*MARKS_SCHEMA.fieldNames()))
-    return with_key(read_parquet_or_empty(spark, path, MARKS_SCHEMA))
+    """The marks with ``MARKS_SCHEMA``'s columns, types checked (:func:`spark_jobs.common.conform`); the
+    optional progress and key columns are null when absent. No dataset yet is no marks."""
+    marks = read_dataset(spark, path)
+    if marks is None:
+        return with_key(empty_frame(spark, MARKS_SCHEMA))
+    present = set(marks.columns)
+    missing = [c for c in OPTIONAL_COLUMNS if c not in present]
+    required = StructType([f for f in MARKS_SCHEMA.fields if f.name not in missing])
+    marks = conform(marks, required, path)
+    for name in missing:
+        marks = marks.withColumn(name, F.lit(None).cast(MARKS_SCHEMA[name].dataType))
+    return with_key(marks.select(*MARKS_SCHEMA.fieldNames()))
 
 
 def with_key(frame: DataFrame) -> DataFrame:
@@ -238,11 +241,8 @@ def _row_local_reason(*, cheap_only: bool = False) -> Column:
             F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]),
             Quarantine.UNKNOWN_KIND.value,
         )
-        .when(
-            F.col("reported_at_ms").isNull() | (F.col("reported_at_ms") < 0),
-            Quarantine.INVALID_REPORTED_AT.value,
-        )
-        .when(value & (F.col("time_ms").isNull() | (F.col("time_ms") < 0)), Quarantine.INVALID_TIME_VALUE.value)
+        .when(invalid_time(F.col("reported_at_ms")), Quarantine.INVALID_REPORTED_AT.value)
+        .when(value & invalid_time(F.col("time_ms")), Quarantine.INVALID_TIME_VALUE.value)
         .when(value & F.col("position").isNull(), Quarantine.MISSING_POSITION.value)
     )
     if cheap_only:

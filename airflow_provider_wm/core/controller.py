@@ -11,7 +11,8 @@ Rules, in the order a round applies them:
 1. **Marks in the round.** A mark belongs to the round whose logical time ``now`` first reaches its
    ``reported_at_ms``: ``processed_until < reported_at_ms <= now``. Later marks wait for a later round.
 2. **Sanity.** A mark that cannot be interpreted is quarantined with a :class:`Quarantine` reason
-   (bad stream name, missing writer, unknown kind, missing or negative times and offsets, unknown segment).
+   (bad stream name, missing writer, unknown kind, a time that is missing or outside
+   :func:`~airflow_provider_wm.core.times.is_valid_time_ms`, a missing or negative offset, unknown segment).
 3. **Validation against the stored state.** A writer's state is what the previous round stored. A note or
    commit mark is rejected ``INVALID_TIME`` when its time is lower than the stored time (equal is fine),
    and ``INVALID_POSITION`` when, over the segments present in both positions, an offset decreases.
@@ -62,6 +63,7 @@ from enum import StrEnum
 
 from airflow_provider_wm.core.progress import MAX_CHUNKS, Chunk, OriginState, advance
 from airflow_provider_wm.core.segments import Segment, StreamCut, stream_cut
+from airflow_provider_wm.core.times import is_valid_time_ms
 
 __all__ = [
     "STREAM_NAME_PATTERN",
@@ -295,11 +297,11 @@ def _quarantine_reason(mark: WriterMark, segments: Mapping[int, Segment]) -> Qua
         return Quarantine.INVALID_WRITER
     if mark.kind not in tuple(MarkKind):
         return Quarantine.UNKNOWN_KIND
-    if mark.reported_at_ms is None or mark.reported_at_ms < 0:
+    if not is_valid_time_ms(mark.reported_at_ms):
         return Quarantine.INVALID_REPORTED_AT
     if not mark.is_value:
         return None
-    if mark.time_ms is None or mark.time_ms < 0:
+    if not is_valid_time_ms(mark.time_ms):
         return Quarantine.INVALID_TIME_VALUE
     if mark.position is None:
         return Quarantine.MISSING_POSITION

@@ -13,12 +13,15 @@ from airflow_provider_wm.core import (
     progress,
     reader,
     segments,
+    times,
     windowing,
     windows,
 )
 
 
-@pytest.mark.parametrize("module", [coalescing, controller, partitions, progress, reader, segments, windowing, windows])
+@pytest.mark.parametrize(
+    "module", [coalescing, controller, partitions, progress, reader, segments, times, windowing, windows]
+)
 def test_docstring_examples_hold(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

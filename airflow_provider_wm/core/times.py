@@ -1,0 +1,32 @@
+"""The range of times the jobs accept.
+
+Every time a job reads from data (a mark's ``time_ms`` and ``reported_at_ms``, an event's time, a partition
+row's time) must be a UTC instant in ``[MIN_TIME_MS, MAX_TIME_MS]``: from the epoch up to the last
+millisecond of the year 9999, the last instant Python's ``datetime`` (and so every report, log line and
+Airflow date) can show. A time outside it is not data but damage: ``10**15`` ms is the year 33658 and
+``2**63 - 1`` overflows any window arithmetic. Such a row is quarantined with its job's invalid-time reason,
+like a null time, instead of being published as a watermark that no later run can format or pass.
+
+>>> is_valid_time_ms(0), is_valid_time_ms(1_767_225_600_000), is_valid_time_ms(MAX_TIME_MS)
+(True, True, True)
+>>> is_valid_time_ms(None), is_valid_time_ms(-1), is_valid_time_ms(10**15), is_valid_time_ms(2**63 - 1)
+(False, False, False, False)
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "is_valid_time_ms"]
+
+MIN_TIME_MS = 0
+"""1970-01-01T00:00:00.000Z."""
+MAX_TIME_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z."""
+
+
+def is_valid_time_ms(value: object) -> bool:
+    """Whether ``value`` is an int time the jobs accept: ``MIN_TIME_MS <= value <= MAX_TIME_MS``.
+
+    >>> is_valid_time_ms(True), is_valid_time_ms(1.5), is_valid_time_ms("0")
+    (False, False, False)
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and MIN_TIME_MS <= value <= MAX_TIME_MS
