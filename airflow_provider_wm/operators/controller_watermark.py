@@ -11,6 +11,7 @@ from airflow.sdk import Asset, Context
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.contracts import ControllerManifest, ControllerRequest, StreamEntry, WatermarkRecord
 from airflow_provider_wm.core.controller import StreamStatus
+from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.watermark_store import validate_name
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.state import ControllerCutoff, commit_cutoff, read_cutoff
@@ -116,6 +117,14 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
             processed_marks=cutoff.processed_marks if cutoff else 0,
         )
         self.log.info("Controller round for %s", format_ms(run.now_ms))
+        for argument, path in (("marks_path", self.marks_path), ("segments_path", self.segments_path)):
+            if not exists(path):
+                self.log.warning(
+                    "%s=%r does not exist: this round reads no %s from it (nothing written yet, or a wrong path)",
+                    argument,
+                    path,
+                    argument.removesuffix("_path"),
+                )
         manifest = self.run_job(
             request, ControllerManifest, f"controller job for {self.controller!r}", f"wm-controller-{self.controller}"
         )

@@ -135,3 +135,13 @@ def test_keyed_marks_publish_one_watermark_per_key_that_a_sensor_waits_on(airflo
     assert store.read_latest("orders")["lower_ms"] == end_ms - 60_000
     assert store.read_stream_status("orders", "eu")["status"] == "EMITTED"
     assert sorted(xcom(run, "controller")["published"]) == ["orders", "orders:eu", "orders:us"]
+
+
+def test_a_missing_marks_path_is_a_round_with_no_marks_and_a_warning_naming_it(airflow_db, tmp_path, spark, capfd):
+    data.write(tmp_path)
+    missing = tmp_path / "no-marks-here"
+    _run, states = run_dag(controller_dag(tmp_path, "c_nomarks", marks_path=str(missing)), HOUR_1_END)
+    assert states == {"controller": "success"}
+    captured = capfd.readouterr()
+    assert f"marks_path={str(missing)!r} does not exist" in captured.out + captured.err
+    assert cutoff("c_nomarks")["processed_marks"] == 0

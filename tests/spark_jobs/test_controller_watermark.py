@@ -6,10 +6,13 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow
+import pyarrow.parquet
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_wm.contracts import ControllerRequest
 from airflow_provider_wm.core.controller import (
     ControllerConfig,
     ControllerState,
@@ -18,7 +21,9 @@ from airflow_provider_wm.core.controller import (
     WriterMark,
     run_round,
 )
-from airflow_provider_wm.core.segments import segment_map
+from airflow_provider_wm.core.segments import Segment, segment_map
+from airflow_provider_wm.core.times import MAX_TIME_MS
+from spark_jobs.controller_watermark import run
 from tests.factories import (
     E1,
     ROUND_1,
@@ -29,6 +34,7 @@ from tests.factories import (
     read_state,
     run_spark_round,
     watermark_from_manifest,
+    write_segments,
 )
 
 SEGMENTS = {"s": SPLIT, "t": THIRDS}
@@ -113,6 +119,8 @@ def test_bad_rows_are_quarantined_counted_and_do_not_crash_the_job(spark, tmp_pa
         mark("w", 1, {0: 1}, reported_at_ms=None),
         mark("w", -5, {0: 1}),
         mark("w", None, {0: 1}),
+        mark("w", 10**15, {0: 1}),
+        mark("w", 2**63 - 1, {0: 1}),
         mark("w", 1, None),
         mark("w", 1, {0: -1}),
         mark("w", 1, {0: None}),
@@ -124,7 +132,7 @@ def test_bad_rows_are_quarantined_counted_and_do_not_crash_the_job(spark, tmp_pa
     ((core, manifest, state),) = run_both(spark, tmp_path, [bad], config, {"s": THIRDS})
     assert_same(core, manifest, state, spark, "")
     assert manifest["totals"]["quarantined"] == {
-        "INVALID_REPORTED_AT": 1, "INVALID_STREAM": 2, "INVALID_WM_KEY": 1, "INVALID_TIME_VALUE": 2,
+        "INVALID_REPORTED_AT": 1, "INVALID_STREAM": 2, "INVALID_WM_KEY": 1, "INVALID_TIME_VALUE": 4,
         "INVALID_WRITER": 1,
         "MISSING_POSITION": 1, "NEGATIVE_OFFSET": 2, "UNKNOWN_KIND": 1, "UNKNOWN_SEGMENT": 1,
     }  # fmt: skip
@@ -214,7 +222,7 @@ random_mark = st.builds(
     WriterMark,
     stream=st.sampled_from(["s", "s", "t", "../bad"]),
     writer_id=st.sampled_from(["a", "b", "c", "d"]),
-    time_ms=st.one_of(st.integers(0, 40), st.just(-1)),
+    time_ms=st.one_of(st.integers(0, 40), st.sampled_from([-1, MAX_TIME_MS + 1, 2**63 - 1])),
     position=st.dictionaries(st.sampled_from(all_segments), st.integers(-1, 40), max_size=3),
     kind=st.sampled_from(["note", "note", "note", "commit", "shutdown"]),
     reported_at_ms=st.integers(0, 8_000),
@@ -364,3 +372,86 @@ def test_shuffled_sequences_give_the_same_results_in_spark_and_in_core(
     workdir = tmp_path_factory.mktemp("sequences")
     for core, manifest, state in run_both(spark, workdir, batches, config, {"s": THIRDS}):
         assert_same(core, manifest, state, spark, "")
+
+
+# ------------------------------------------------------------------------------------ input types
+
+
+def controller_request(tmp_path: Path, marks_path: str, segments_path: str) -> ControllerRequest:
+    return ControllerRequest(
+        controller="test",
+        run_id="r",
+        marks_path=marks_path,
+        segments_path=segments_path,
+        state_in=None,
+        state_out=str(tmp_path / "state"),
+        round_out=str(tmp_path / "out"),
+        now_ms=2_000,
+        processed_until_ms=None,
+        processed_marks=0,
+        writer_timeout_ms=600_000,
+        initial_delay_ms=0,
+    )
+
+
+def test_a_parquet_timestamp_time_ms_is_read_as_epoch_milliseconds_not_seconds(spark, tmp_path):
+    pandas = pytest.importorskip("pandas")
+    marks = pandas.DataFrame(
+        {
+            "stream": ["s"],
+            "writer_id": ["w"],
+            "time_ms": [pandas.Timestamp("2026-01-01T01:00:00.250Z")],
+            "position": [[(0, 7)]],
+            "kind": ["note"],
+            "reported_at_ms": [1_000],
+        }
+    )
+    marks_path = tmp_path / "marks"
+    marks_path.mkdir()
+    marks.to_parquet(
+        marks_path / "part-0.parquet",
+        schema=pyarrow.schema(
+            [
+                ("stream", pyarrow.string()),
+                ("writer_id", pyarrow.string()),
+                ("time_ms", pyarrow.timestamp("ms", tz="UTC")),
+                ("position", pyarrow.map_(pyarrow.int64(), pyarrow.int64())),
+                ("kind", pyarrow.string()),
+                ("reported_at_ms", pyarrow.int64()),
+            ]
+        ),
+    )
+    segments = write_segments(spark, {"s": [Segment(0, 0.0, 1.0)]}, tmp_path / "segments")
+    manifest = run(spark, controller_request(tmp_path, str(marks_path), segments))
+    watermark = manifest.streams["s"].watermark
+    assert watermark is not None and watermark.lower_ms == 1_767_229_200_250
+
+
+def test_a_time_ms_of_the_wrong_type_fails_naming_the_column_its_type_and_the_expected_one(spark, tmp_path):
+    marks_path = tmp_path / "marks"
+    marks_path.mkdir()
+    pyarrow.parquet.write_table(
+        pyarrow.table(
+            {
+                "stream": ["s"],
+                "writer_id": ["w"],
+                "time_ms": ["2026-01-01"],
+                "position": pyarrow.array([[(0, 7)]], pyarrow.map_(pyarrow.int64(), pyarrow.int64())),
+                "kind": ["note"],
+                "reported_at_ms": [1_000],
+            }
+        ),
+        marks_path / "part-0.parquet",
+    )
+    segments = write_segments(spark, {"s": [Segment(0, 0.0, 1.0)]}, tmp_path / "segments")
+    with pytest.raises(ValueError, match=r"column 'time_ms' has type string, expected bigint"):
+        run(spark, controller_request(tmp_path, str(marks_path), segments))
+    assert not (tmp_path / "state").exists()
+
+
+def test_empty_marks_and_segments_folders_are_a_round_with_no_marks(spark, tmp_path):
+    (tmp_path / "marks").mkdir()
+    (tmp_path / "segments").mkdir()
+    manifest = run(spark, controller_request(tmp_path, str(tmp_path / "marks"), str(tmp_path / "segments")))
+    assert manifest.processed_marks == 0
+    assert manifest.streams == {}
