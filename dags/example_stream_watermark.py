@@ -70,8 +70,10 @@ with DAG(
     @task
     def use_watermark(watermark: dict) -> str:
         """Downstream work that needs the whole interval: here it just reports the watermark it got."""
-        lower = datetime.fromtimestamp(watermark["lower_ms"] / 1000, tz=UTC)
-        message = f"orders complete up to {lower.isoformat()} (stream cut {watermark['stream_cut']})"
+        lower = datetime.fromtimestamp(watermark["watermark_ms"] / 1000, tz=UTC)
+        message = (
+            f"orders complete up to {lower.isoformat()} (stream cut {watermark['streams']['orders']['stream_cut']})"
+        )
         print(message)
         return message
 

@@ -1,5 +1,5 @@
 """Typed contracts for everything that crosses a process or run boundary: each Spark job's request and
-manifest, and the records of the watermark store. Pure Python: no airflow, no pyspark.
+manifest, the records of the watermark store, and what a sensor returns. Pure Python: no airflow, no pyspark.
 
 A job is ``run(spark, request) -> manifest``; in submit mode the request travels as ``request.json`` and the
 manifest comes back as ``manifest.json`` (:data:`REQUEST_NAME`, :data:`MANIFEST_NAME`), in connect mode both
@@ -30,6 +30,7 @@ from airflow_provider_wm.contracts.partitions import (
     WorkUnitOutcome,
     WorkUnitRequest,
 )
+from airflow_provider_wm.contracts.sensors import InputWatermark, WatermarkReached
 from airflow_provider_wm.contracts.store import Watermark, WatermarkRecord
 from airflow_provider_wm.contracts.windowed import (
     PaneCounts,
@@ -47,6 +48,7 @@ __all__ = [
     "ControllerManifest",
     "ControllerRequest",
     "ControllerTotals",
+    "InputWatermark",
     "JobFailure",
     "JobManifest",
     "JobRequest",
@@ -56,6 +58,7 @@ __all__ = [
     "PartitionsTotals",
     "StreamEntry",
     "Watermark",
+    "WatermarkReached",
     "WatermarkRecord",
     "WindowedInput",
     "WindowedManifest",

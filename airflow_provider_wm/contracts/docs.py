@@ -1,22 +1,26 @@
 """The README's table of the job contracts, rendered from the dataclasses so that it cannot drift.
 
-``python -m airflow_provider_wm.contracts.docs`` prints it; a test checks that the README holds exactly this
-text between ``<!-- contracts:start -->`` and ``<!-- contracts:end -->``.
+``python -m airflow_provider_wm.contracts.docs`` prints it (``--write`` puts it into the README); a test
+checks that the README holds exactly this text between ``<!-- contracts:start -->`` and ``<!-- contracts:end -->``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import typing
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_wm.contracts import (
     ControllerManifest,
     ControllerRequest,
+    InputWatermark,
     PartitionsManifest,
     PartitionsRequest,
     StreamEntry,
+    WatermarkReached,
     WatermarkRecord,
     WindowedInput,
     WindowedManifest,
@@ -42,6 +46,8 @@ DOCUMENTED: tuple[type, ...] = (
     PartitionsManifest,
     WorkUnitOutcome,
     WatermarkRecord,
+    WatermarkReached,
+    InputWatermark,
 )
 
 
@@ -65,5 +71,15 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def write_readme(path: Path) -> None:
+    """Replace the table between the README's markers with :func:`render`'s."""
+    text = path.read_text()
+    head, rest = text.split(START, 1)
+    path.write_text(f"{head}{START}\n{render()}\n{END}{rest.split(END, 1)[1]}")
+
+
 if __name__ == "__main__":
-    print(render())
+    if sys.argv[1:] == ["--write"]:
+        write_readme(Path(__file__).resolve().parents[2] / "README.md")
+    else:
+        print(render())

@@ -183,7 +183,8 @@ def render_windows(base: Path, pipeline: str, outcomes: list[dict[str, Any]]) ->
         lines.append(f"\nRun for the hour up to {end}  ({outcome['run_id']}: {outcome['state']})")
         if sensor:
             lines.append(
-                f"  sensor wait_for_orders: {tasks.get('wait_for_orders')} (orders watermark {_hm(sensor['lower_ms'])})"
+                f"  sensor wait_for_orders: {tasks.get('wait_for_orders')} "
+                f"(orders watermark {_hm(sensor['watermark_ms'])})"
             )
         else:
             lines.append(

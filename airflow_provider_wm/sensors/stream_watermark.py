@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 
 from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.contracts import WatermarkReached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
@@ -52,9 +53,10 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     ``[operators] default_deferrable``) hands the waiting to :class:`WatermarkTrigger` in the triggerer
     and honours ``timeout`` and ``soft_fail`` there too.
 
-    Result (XCom): with one ``stream`` and no ``idle_timeout``, the watermark record it saw. Otherwise
-    ``{"watermark_ms", "threshold_ms", "all_idle", "idle": [inputs], "streams": {input: {"lower_ms",
-    "last_advanced_ms", "idle"}}}``: why the run started, per input (the poke log line shows the same).
+    Result (XCom), the same for one stream or several: a :class:`~airflow_provider_wm.contracts.WatermarkReached`
+    as JSON, ``{"watermark_ms", "threshold_ms", "all_idle", "idle": [inputs], "waiting": [inputs],
+    "streams": {input: {"lower_ms", "last_advanced_ms", "idle", "upper_ms", "stream_cut"}}}``: the
+    watermark that passed and why, per input (the poke log line shows the same).
 
     :param stream: the one stream to wait for. Templated. Exactly one of ``stream`` and ``streams``.
     :param streams: the streams to wait for, each ``"name"`` or ``"name:key"`` (``key``: the ``wm_key`` of
@@ -111,11 +113,6 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         self.storage_options = dict(storage_options or {})
         self.deferrable = deferrable
 
-    @property
-    def _returns_record(self) -> bool:
-        """One ``stream`` without idleness returns its record, as the sensor always did."""
-        return self.stream is not None and self.idle_timeout_ms is None
-
     def _threshold_ms(self) -> int:
         return to_epoch_ms(self.threshold, "threshold")
 
@@ -144,13 +141,6 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         inputs = self._inputs()
         threshold_ms = self._threshold_ms()
         check = self._check(inputs, threshold_ms)
-        if self._returns_record:
-            stream = inputs[0][0]
-            latest = check.records[stream]
-            self.log.info(
-                "Stream %s: watermark %s, threshold %s", stream, format_ms(check.watermark_ms), format_ms(threshold_ms)
-            )
-            return PokeReturnValue(is_done=check.passed, xcom_value=latest if check.passed else None)
         payload = check.payload()
         self.log.info("Streams %s: %s", ", ".join(check.inputs), describe_check(payload, self.when_all_idle))
         return PokeReturnValue(is_done=check.passed, xcom_value=payload if check.passed else None)
@@ -175,19 +165,16 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "success":
-            result = event["watermark"]
-            if "streams" in result and "watermark_ms" in result:
-                self.log.info("Watermark reached the threshold: %s", describe_check(result, self.when_all_idle))
-            else:
-                self.log.info("Stream %s watermark reached the threshold: %s", event.get("stream"), result)
+            result = WatermarkReached.from_json(event["watermark"]).to_json()
+            self.log.info("Watermark reached the threshold: %s", describe_check(result, self.when_all_idle))
             return result
         if "streams" in event:
             message = (
-                f"Streams {', '.join(event['streams'])}: the coalesced watermark did not reach "
+                f"Streams {', '.join(event['streams'])}: the watermark did not reach "
                 f"{format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s: "
                 f"{describe_check(event, event.get('when_all_idle'))}"
             )
-        else:
+        else:  # an event of a trigger serialised by an older version
             message = (
                 f"Stream {event.get('stream')} watermark {format_ms(event.get('last_seen_lower_ms'))} did not "
                 f"reach {format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s"

@@ -14,13 +14,13 @@ from typing import Any, NamedTuple
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_provider_wm.contracts import InputWatermark, WatermarkReached
 from airflow_provider_wm.core.coalescing import ALL_IDLE_POLICIES, AllIdlePolicy, coalesce
 from airflow_provider_wm.core.controller import is_valid_stream_name
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.timeutil import format_ms, is_templated
 
 __all__ = [
-    "InputState",
     "WatermarkCheck",
     "WatermarkTrigger",
     "check_policy",
@@ -85,15 +85,6 @@ def check_policy(when_all_idle: object, argument: str = "when_all_idle") -> AllI
     return when_all_idle  # type: ignore[return-value]
 
 
-class InputState(NamedTuple):
-    """What one poll saw of one input: its watermark (``None``: no record yet), when it last advanced (the
-    latest record's ``computed_at_ms``) and whether it is idle."""
-
-    lower_ms: int | None
-    last_advanced_ms: int | None
-    idle: bool
-
-
 class WatermarkCheck(NamedTuple):
     """The rule applied to one read of every input (:func:`check_watermarks`).
 
@@ -103,8 +94,7 @@ class WatermarkCheck(NamedTuple):
     :param all_idle: every input is idle.
     :param idle: the idle inputs (excluded from the minimum), in input order.
     :param waiting: the inputs without any record yet (they hold the output back), in input order.
-    :param inputs: each input's :class:`InputState`, by label, in input order.
-    :param records: each input's latest record as read (``None``: none yet), by label.
+    :param inputs: each input's :class:`~airflow_provider_wm.contracts.InputWatermark`, by label, in order.
     """
 
     watermark_ms: int | None
@@ -112,22 +102,21 @@ class WatermarkCheck(NamedTuple):
     all_idle: bool
     idle: list[str]
     waiting: list[str]
-    inputs: dict[str, InputState]
-    records: dict[str, dict[str, Any] | None]
+    inputs: dict[str, InputWatermark]
 
     @property
     def passed(self) -> bool:
         return self.watermark_ms is not None and self.watermark_ms >= self.threshold_ms
 
+    def reached(self) -> WatermarkReached:
+        """What the sensor returns (its XCom), one shape for one input or several."""
+        return WatermarkReached(
+            self.watermark_ms, self.threshold_ms, self.all_idle, list(self.idle), list(self.waiting), self.inputs
+        )
+
     def payload(self) -> dict[str, Any]:
-        """The JSON document the sensor returns (XCom): why it passed, per input."""
-        return {
-            "watermark_ms": self.watermark_ms,
-            "threshold_ms": self.threshold_ms,
-            "all_idle": self.all_idle,
-            "idle": list(self.idle),
-            "streams": {label: state._asdict() for label, state in self.inputs.items()},
-        }
+        """:meth:`reached` as JSON."""
+        return self.reached().to_json()
 
 
 def _last_advanced_ms(record: Mapping[str, Any]) -> int | None:
@@ -164,14 +153,21 @@ def check_watermarks(
     if not records:
         raise ValueError("records={} names no input: there is nothing to wait for")
     reference = threshold_ms if reference_ms is None else reference_ms
-    inputs: dict[str, InputState] = {}
+    inputs: dict[str, InputWatermark] = {}
     for label, record in records.items():
         if record is None:
-            inputs[label] = InputState(None, None, False)
+            inputs[label] = InputWatermark(None, None, False)
             continue
         advanced = _last_advanced_ms(record)
         idle = idle_timeout_ms is not None and advanced is not None and reference - advanced >= idle_timeout_ms
-        inputs[label] = InputState(int(record["lower_ms"]), advanced, idle)
+        upper = record.get("upper_ms")
+        inputs[label] = InputWatermark(
+            int(record["lower_ms"]),
+            advanced,
+            idle,
+            None if upper is None else int(upper),
+            {str(segment): int(offset) for segment, offset in (record.get("stream_cut") or {}).items()},
+        )
     result = coalesce(
         {label: state.lower_ms for label, state in inputs.items()},
         [label for label, state in inputs.items() if state.idle],
@@ -185,7 +181,6 @@ def check_watermarks(
         idle=[label for label, state in inputs.items() if state.idle],
         waiting=list(result.waiting),
         inputs=inputs,
-        records={label: None if record is None else dict(record) for label, record in records.items()},
     )
 
 
@@ -213,23 +208,21 @@ def describe_check(payload: Mapping[str, Any], when_all_idle: str | None = None)
 class WatermarkTrigger(BaseTrigger):
     """Poll the store's ``latest`` record of each input (one small read per input and poll) until the
     watermark reaches ``threshold_ms``, then fire ``{"status": "success", "stream", "watermark": <what the
-    sensor returns>}``.
+    sensor returns: a WatermarkReached as JSON>}``.
 
-    One input is ``stream=``: it waits for that stream's ``lower_ms`` and fires its record as
-    ``watermark`` (the trigger's original form, which serialised triggers of older versions still load
-    into). Several are ``inputs=[[stream, wm_key or None], ...]``: it waits for their watermark coalesced
-    by :func:`check_watermarks` (idle inputs, ``idle_timeout_ms`` before ``reference_ms``, are excluded;
-    ``when_all_idle`` decides when all are), and ``watermark`` is :meth:`WatermarkCheck.payload`, which
-    ``stream=`` with an ``idle_timeout_ms`` fires too.
+    One input is ``stream=`` (the trigger's original form, which serialised triggers of older versions still
+    load into); several are ``inputs=[[stream, wm_key or None], ...]``. Either way it waits for the
+    watermark coalesced by :func:`check_watermarks` (idle inputs, ``idle_timeout_ms`` before
+    ``reference_ms``, are excluded; ``when_all_idle`` decides when all are); for one input without idleness
+    that is the stream's ``lower_ms``.
 
     All of its state travels in its serialised kwargs, so it survives a triggerer restart: the deadline
     is absolute (``timeout_at_ms``, wall-clock epoch ms), ``last_seen_lower_ms`` is the (coalesced)
     watermark it last read and ``last_seen_inputs`` what it last saw of each input. Past the deadline it
-    fires ``{"status": "timeout", "stream", "threshold_ms", "last_seen_lower_ms"}``, with the fields of
-    :meth:`WatermarkCheck.payload` (per-input watermarks and idleness), ``"waiting"`` and
-    ``"when_all_idle"`` added unless it waits for one ``stream`` without idleness: the sensor turns that
-    into a sensor timeout or, with ``soft_fail``, a skip. It does its own timing because ``dag.test()``
-    runs triggers inline without the scheduler's deferral timeout.
+    fires ``{"status": "timeout", "stream", "threshold_ms", "last_seen_lower_ms", "when_all_idle"}`` with
+    the fields of :meth:`WatermarkCheck.payload` (per-input watermarks and idleness, ``"waiting"``): the
+    sensor turns that into a sensor timeout or, with ``soft_fail``, a skip. It does its own timing because
+    ``dag.test()`` runs triggers inline without the scheduler's deferral timeout.
     """
 
     def __init__(
@@ -267,11 +260,6 @@ class WatermarkTrigger(BaseTrigger):
         self.reference_ms = self.threshold_ms if reference_ms is None else int(reference_ms)
         self.when_all_idle = check_policy(when_all_idle)
         self.last_seen_inputs = last_seen_inputs
-
-    @property
-    def returns_record(self) -> bool:
-        """One ``stream`` without idleness: the success event carries its record, as it always did."""
-        return self.stream is not None and self.idle_timeout_ms is None
 
     def input_list(self) -> list[Input]:
         if self.stream is not None:
@@ -321,7 +309,7 @@ class WatermarkTrigger(BaseTrigger):
                     {
                         "status": "success",
                         "stream": self.stream,
-                        "watermark": records[0] if self.returns_record else payload,
+                        "watermark": payload,
                     }
                 )
                 return
@@ -332,23 +320,13 @@ class WatermarkTrigger(BaseTrigger):
                     "threshold_ms": self.threshold_ms,
                     "last_seen_lower_ms": self.last_seen_lower_ms,
                 }
-                if not self.returns_record:
-                    event.update(payload, waiting=check.waiting, when_all_idle=self.when_all_idle)
+                event.update(payload, when_all_idle=self.when_all_idle)
                 yield TriggerEvent(event)
                 return
-            if self.returns_record:
-                self.log.info(
-                    "Stream %s watermark %s < threshold %s; next poll in %ss",
-                    self.stream,
-                    self.last_seen_lower_ms,
-                    self.threshold_ms,
-                    self.poll_interval,
-                )
-            else:
-                self.log.info(
-                    "Streams %s: %s; next poll in %ss",
-                    ", ".join(labels),
-                    describe_check(payload, self.when_all_idle),
-                    self.poll_interval,
-                )
+            self.log.info(
+                "Streams %s: %s; next poll in %ss",
+                ", ".join(labels),
+                describe_check(payload, self.when_all_idle),
+                self.poll_interval,
+            )
             await asyncio.sleep(self.poll_interval)

@@ -56,7 +56,7 @@ def test_four_hours_of_the_chain_give_hourly_numbers_equal_to_a_batch_over_accep
             assert set(states.values()) == {"skipped"}, (hour, states)
             continue
         assert set(states.values()) == {"success"}, (hour, states)
-        assert xcom(run, "wait_for_orders_5m")["lower_ms"] >= end_ms
+        assert xcom(run, "wait_for_orders_5m")["watermark_ms"] >= end_ms
     assert store.read_latest("orders_1h")["lower_ms"] == end_ms
     assert store.read_latest("orders_5m")["upstream"] == "orders"
     assert store.read_latest("orders_1h")["upstream"] == "orders_5m"

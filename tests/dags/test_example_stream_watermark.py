@@ -48,7 +48,7 @@ def test_two_consecutive_runs_continue_from_the_first_runs_cutoff(airflow_db, tm
     assert summary["totals"]["rejected"] == {"INVALID_TIME": 1}  # the planted mark; nothing re-applied
     orders = summary["streams"]["orders"]["watermark"]
     assert orders["lower_ms"] == int(hour(2).timestamp() * 1000)
-    assert xcom(run2, "wait_for_orders")["lower_ms"] == orders["lower_ms"]
+    assert xcom(run2, "wait_for_orders")["watermark_ms"] == orders["lower_ms"]
     store = WatermarkStoreHook(str(tmp_path / "store"))
     assert [r["lower_ms"] for r in store.read_history("orders")] == [
         int(hour(1).timestamp() * 1000),

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_provider_wm.contracts import InputWatermark, WatermarkReached
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 from airflow_provider_wm.triggers.watermark import WatermarkTrigger
@@ -61,7 +62,22 @@ def test_passes_when_the_watermark_is_past_the_interval_end(airflow_db, tmp_path
     WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS + 1))
     run, states = run_dag(sensor_dag(str(tmp_path), deferrable=deferrable, timeout=30))
     assert states == {"wait": "success"}
-    assert xcom(run, "wait")["lower_ms"] == THRESHOLD_MS + 1
+    assert xcom(run, "wait") == {
+        "watermark_ms": THRESHOLD_MS + 1,
+        "threshold_ms": THRESHOLD_MS,
+        "all_idle": False,
+        "idle": [],
+        "waiting": [],
+        "streams": {
+            "orders": {
+                "lower_ms": THRESHOLD_MS + 1,
+                "last_advanced_ms": THRESHOLD_MS + 1,
+                "idle": False,
+                "upper_ms": THRESHOLD_MS + 6,
+                "stream_cut": {"0": THRESHOLD_MS + 1},
+            }
+        },
+    }
 
 
 @pytest.mark.parametrize("mode", ["poke", "reschedule"])
@@ -92,7 +108,7 @@ def test_deferred_sensor_resumes_when_the_watermark_arrives_later(airflow_db, tm
     finally:
         publisher.cancel()
     assert states == {"wait": "success"}
-    assert xcom(run, "wait")["lower_ms"] == THRESHOLD_MS + 7  # nothing was there at the first poke
+    assert xcom(run, "wait")["watermark_ms"] == THRESHOLD_MS + 7  # nothing was there at the first poke
 
 
 # --- several streams, keys and idleness --------------------------------------------------------------------
@@ -184,6 +200,8 @@ def test_several_streams_wait_for_the_slowest(airflow_db, tmp_path, deferrable):
         "lower_ms": THRESHOLD_MS + 50,
         "last_advanced_ms": THRESHOLD_MS + 50,
         "idle": False,
+        "upper_ms": THRESHOLD_MS + 55,
+        "stream_cut": {"0": THRESHOLD_MS + 50},
     }
 
 
@@ -223,9 +241,22 @@ def test_an_idle_stream_is_left_out_and_the_xcom_says_so(airflow_db, tmp_path, d
         "threshold_ms": THRESHOLD_MS,
         "all_idle": False,
         "idle": ["payments"],
+        "waiting": [],
         "streams": {
-            "orders": {"lower_ms": THRESHOLD_MS + 5, "last_advanced_ms": FRESH_MS, "idle": False},
-            "payments": {"lower_ms": THRESHOLD_MS - 3_600_000, "last_advanced_ms": IDLE_MS, "idle": True},
+            "orders": {
+                "lower_ms": THRESHOLD_MS + 5,
+                "last_advanced_ms": FRESH_MS,
+                "idle": False,
+                "upper_ms": THRESHOLD_MS + 10,
+                "stream_cut": {"0": THRESHOLD_MS + 5},
+            },
+            "payments": {
+                "lower_ms": THRESHOLD_MS - 3_600_000,
+                "last_advanced_ms": IDLE_MS,
+                "idle": True,
+                "upper_ms": THRESHOLD_MS - 3_599_995,
+                "stream_cut": {"0": THRESHOLD_MS - 3_600_000},
+            },
         },
     }
 
@@ -316,12 +347,12 @@ def test_keyed_inputs_read_each_keys_watermark(airflow_db, tmp_path):
     assert result["streams"]["orders:us"]["lower_ms"] == THRESHOLD_MS + 20
 
 
-def test_one_stream_with_an_idle_timeout_returns_the_coalesced_result(airflow_db, tmp_path):
+def test_one_stream_with_an_idle_timeout_returns_the_same_shape(airflow_db, tmp_path):
     WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS + 1, computed_at=FRESH_MS))
     run, states = run_dag(sensor_dag(str(tmp_path), idle_timeout=timedelta(minutes=30), timeout=30))
     assert states == {"wait": "success"}
-    assert xcom(run, "wait")["streams"] == {
-        "orders": {"lower_ms": THRESHOLD_MS + 1, "last_advanced_ms": FRESH_MS, "idle": False}
+    assert WatermarkReached.from_json(xcom(run, "wait")).streams == {
+        "orders": InputWatermark(THRESHOLD_MS + 1, FRESH_MS, False, THRESHOLD_MS + 6, {"0": THRESHOLD_MS + 1})
     }
 
 

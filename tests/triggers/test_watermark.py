@@ -56,7 +56,10 @@ def test_fires_when_the_watermark_reaches_the_threshold(tmp_path):
     store = WatermarkStoreHook(str(tmp_path))
     store.publish(record(100))
     event = first_event(WatermarkTrigger(store_path=str(tmp_path), stream="orders", threshold_ms=100))
-    assert event["status"] == "success" and event["watermark"]["lower_ms"] == 100
+    assert event["status"] == "success" and event["watermark"]["watermark_ms"] == 100
+    assert event["watermark"]["streams"]["orders"] == {
+        "lower_ms": 100, "last_advanced_ms": 100, "idle": False, "upper_ms": 105, "stream_cut": {"0": 100}
+    }  # fmt: skip
 
 
 def test_keeps_polling_until_a_later_watermark_arrives(tmp_path):
@@ -72,7 +75,7 @@ def test_keeps_polling_until_a_later_watermark_arrives(tmp_path):
         return await asyncio.wait_for(task, 5)
 
     event = asyncio.run(scenario())
-    assert event["watermark"]["lower_ms"] == 150
+    assert event["watermark"]["watermark_ms"] == 150
     assert trigger.serialize()[1]["last_seen_lower_ms"] == 150
 
 
@@ -91,10 +94,12 @@ def test_fires_a_timeout_event_past_its_deadline(tmp_path):
         timeout_at_ms=int(time.time() * 1000) + 200,
     )
     event = first_event(trigger)
-    assert event == {"status": "timeout", "stream": "orders", "threshold_ms": 100, "last_seen_lower_ms": 50}
+    assert event["status"] == "timeout" and event["stream"] == "orders"
+    assert (event["threshold_ms"], event["last_seen_lower_ms"], event["watermark_ms"]) == (100, 50, 50)
+    assert event["streams"]["orders"]["lower_ms"] == 50
 
 
-def test_a_trigger_serialised_by_the_previous_version_still_loads_and_fires_the_record(tmp_path):
+def test_a_trigger_serialised_by_the_previous_version_still_loads_and_fires(tmp_path):
     WatermarkStoreHook(str(tmp_path)).publish(record(100))
     old_kwargs = {
         "store_path": str(tmp_path),
@@ -106,7 +111,7 @@ def test_a_trigger_serialised_by_the_previous_version_still_loads_and_fires_the_
         "last_seen_lower_ms": None,
     }
     event = first_event(WatermarkTrigger(**old_kwargs))
-    assert event["status"] == "success" and event["stream"] == "orders" and event["watermark"]["lower_ms"] == 100
+    assert event["status"] == "success" and event["stream"] == "orders" and event["watermark"]["watermark_ms"] == 100
 
 
 @pytest.mark.parametrize(
@@ -133,7 +138,9 @@ def test_the_rule_waits_for_the_slowest_input_and_for_inputs_without_a_watermark
     assert (check.watermark_ms, check.passed, check.idle, check.all_idle) == (20, False, [], False)
     check = check_watermarks({"a": watermark(30, 30), "b": None}, 25, idle_timeout_ms=1)
     assert (check.watermark_ms, check.passed, check.waiting, check.idle) == (None, False, ["b"], [])
-    assert check.payload()["streams"]["b"] == {"lower_ms": None, "last_advanced_ms": None, "idle": False}
+    assert check.payload()["streams"]["b"] == {
+        "lower_ms": None, "last_advanced_ms": None, "idle": False, "upper_ms": None, "stream_cut": {}
+    }  # fmt: skip
 
 
 def test_the_rule_leaves_out_inputs_that_have_not_advanced_for_the_idle_timeout():
@@ -146,9 +153,22 @@ def test_the_rule_leaves_out_inputs_that_have_not_advanced_for_the_idle_timeout(
         "threshold_ms": reference,
         "all_idle": False,
         "idle": ["b"],
+        "waiting": [],
         "streams": {
-            "a": {"lower_ms": reference + 1, "last_advanced_ms": reference - MINUTE, "idle": False},
-            "b": {"lower_ms": 5, "last_advanced_ms": reference - 10 * MINUTE, "idle": True},
+            "a": {
+                "lower_ms": reference + 1,
+                "last_advanced_ms": reference - MINUTE,
+                "idle": False,
+                "upper_ms": None,
+                "stream_cut": {},
+            },
+            "b": {
+                "lower_ms": 5,
+                "last_advanced_ms": reference - 10 * MINUTE,
+                "idle": True,
+                "upper_ms": None,
+                "stream_cut": {},
+            },
         },
     }
     # one millisecond younger than the timeout: not idle, it holds the output back
@@ -228,6 +248,8 @@ def test_an_idle_input_is_left_out_in_the_triggerer_too(tmp_path):
         "lower_ms": 5,
         "last_advanced_ms": reference - 60 * MINUTE,
         "idle": True,
+        "upper_ms": 10,
+        "stream_cut": {"0": 5},
     }
 
 
@@ -248,5 +270,7 @@ def test_the_timeout_event_names_each_inputs_watermark_and_idleness(tmp_path):
     assert event["status"] == "timeout" and event["stream"] is None
     assert event["watermark_ms"] is None and event["waiting"] == ["returns"]
     assert event["idle"] == ["orders", "payments"] and event["all_idle"] is False
-    assert event["streams"]["returns"] == {"lower_ms": None, "last_advanced_ms": None, "idle": False}
+    assert event["streams"]["returns"] == {
+        "lower_ms": None, "last_advanced_ms": None, "idle": False, "upper_ms": None, "stream_cut": {}
+    }  # fmt: skip
     assert event["streams"]["orders"]["idle"] is True and event["when_all_idle"] == "wait"

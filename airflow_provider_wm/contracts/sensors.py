@@ -1,0 +1,50 @@
+"""What a stream-watermark sensor returns (its XCom), the same shape for one stream or several."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from airflow_provider_wm.contracts.codec import Contract
+
+__all__ = ["InputWatermark", "WatermarkReached"]
+
+
+@dataclass(frozen=True)
+class InputWatermark(Contract):
+    """One input (``"orders"`` or ``"orders:eu"``) as the sensor last read it from the store.
+
+    :param lower_ms: its watermark (``None``: no record yet, which holds the coalesced watermark back).
+    :param last_advanced_ms: when that watermark was computed (the record's ``computed_at_ms``).
+    :param idle: not advanced for ``idle_timeout`` before the threshold: left out of the minimum.
+    :param upper_ms: the highest time its writers reported; ``stream_cut``: segment -> offset of a
+        controller's watermark (empty for a derived stream's).
+    """
+
+    lower_ms: int | None
+    last_advanced_ms: int | None
+    idle: bool
+    upper_ms: int | None = None
+    stream_cut: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WatermarkReached(Contract):
+    """The sensor's result: the coalesced watermark (for one stream, that stream's) against the threshold,
+    and why, per input.
+
+    >>> reached = WatermarkReached(7_200_000, 7_200_000, False, [], [], {"orders": InputWatermark(7_200_000,
+    ...     7_100_000, False, 7_250_000, {"0": 42})})
+    >>> reached.passed, reached.streams["orders"].stream_cut
+    (True, {'0': 42})
+    """
+
+    watermark_ms: int | None
+    threshold_ms: int
+    all_idle: bool
+    idle: list[str]
+    waiting: list[str]
+    streams: dict[str, InputWatermark]
+
+    @property
+    def passed(self) -> bool:
+        return self.watermark_ms is not None and self.watermark_ms >= self.threshold_ms
