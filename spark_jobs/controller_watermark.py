@@ -46,13 +46,12 @@ from pyspark.sql.types import (
 
 from airflow_provider_wm.contracts import ControllerManifest, ControllerRequest
 from airflow_provider_wm.core.controller import (
-    STREAM_NAME_PATTERN,
     MarkKind,
     Quarantine,
     Rejection,
     StreamStatus,
-    watermark_label,
 )
+from airflow_provider_wm.core.names import STREAM_NAME_PATTERN, watermark_label
 from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from airflow_provider_wm.core.segments import Segment, complete_cut
 from spark_jobs.common import (
@@ -1149,7 +1148,7 @@ def _manifest(
 
 
 def _label(row: Any) -> str:
-    """The manifest's name of a row's watermark: ``core.controller.watermark_label``."""
+    """The manifest's name of a row's watermark: ``core.names.watermark_label``."""
     return watermark_label(row["stream"], row["wm_key"] or None)
 
 

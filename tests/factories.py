@@ -13,8 +13,8 @@ from airflow_provider_wm.core.controller import (
     Watermark,
     WriterMark,
     WriterState,
-    watermark_label,
 )
+from airflow_provider_wm.core.names import watermark_label
 from airflow_provider_wm.core.progress import Chunk, OriginState
 from airflow_provider_wm.core.segments import Segment
 from spark_jobs.controller_watermark import (
@@ -124,7 +124,7 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
 
 
 def _label(row: Any) -> str:
-    """A state row's watermark label (``core.controller.watermark_label``); ``""`` is no key."""
+    """A state row's watermark label (``core.names.watermark_label``); ``""`` is no key."""
     return watermark_label(row["stream"], row["wm_key"] or None)
 
 

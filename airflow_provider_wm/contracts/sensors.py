@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_provider_wm.contracts.codec import Contract
+from airflow_provider_wm.core.coalescing import WatermarkCheck
 
 __all__ = ["InputWatermark", "WatermarkReached"]
 
@@ -48,3 +51,23 @@ class WatermarkReached(Contract):
     @property
     def passed(self) -> bool:
         return self.watermark_ms is not None and self.watermark_ms >= self.threshold_ms
+
+    @classmethod
+    def of(cls, check: WatermarkCheck, records: Mapping[str, Mapping[str, Any] | None]) -> WatermarkReached:
+        """A sensor's decision (:func:`~airflow_provider_wm.core.coalescing.check_watermarks`) with each input's
+        upper bound and stream cut from the records it was made from."""
+        streams = {}
+        for label, seen in check.inputs.items():
+            record = records.get(label) or {}
+            upper = record.get("upper_ms")
+            cut = record.get("stream_cut") or {}
+            streams[label] = InputWatermark(
+                seen.lower_ms,
+                seen.last_advanced_ms,
+                seen.idle,
+                None if upper is None else int(upper),
+                {str(segment): int(offset) for segment, offset in cut.items()},
+            )
+        return cls(
+            check.watermark_ms, check.threshold_ms, check.all_idle, list(check.idle), list(check.waiting), streams
+        )

@@ -21,9 +21,10 @@ into one, the output watermark is *coalesced* from the inputs, for each key sepa
 7. **Keys.** Each key is coalesced independently, as if it were a separate stream. Idleness, events and
    done belong to an input and apply to all of its keys.
 
-The rule is :func:`coalesce`, a pure function over a snapshot of N inputs (what a sensor sees in one poke);
-:class:`Coalescer` is the state machine a stream applies it with, one message at a time, and its
-:meth:`~Coalescer.snapshot` carries the state between runs.
+The rule is :func:`coalesce`, a pure function over a snapshot of N inputs (what a sensor sees in one poke;
+:func:`check_watermarks` is that poke's whole decision, with :func:`is_idle` deciding idleness across DAG
+runs); :class:`Coalescer` is the state machine a stream applies it with, one message at a time (Jet's own
+test vectors run through it), and its :meth:`~Coalescer.snapshot` carries the state between runs.
 
 Worked examples, two inputs. ``0:wm10 -> none; 1:wm11 -> 10; 1:idle -> none; 0:idle -> 11 (all idle)``:
 
@@ -69,8 +70,14 @@ __all__ = [
     "CoalesceResult",
     "Coalescer",
     "InputDone",
+    "InputSeen",
     "NonIncreasingWatermark",
+    "WatermarkCheck",
+    "check_policy",
+    "check_watermarks",
     "coalesce",
+    "is_idle",
+    "last_advanced_ms",
 ]
 
 DEFAULT_KEY = ""
@@ -384,3 +391,100 @@ class Coalescer:
     def _step_all(self) -> dict[str, int]:
         emitted = {key: self._step(key) for key in self._watermarks}
         return {key: value for key, value in emitted.items() if value is not None}
+
+
+# ------------------------------------------------------------------------ what a sensor checks, per poke
+
+
+def check_policy(when_all_idle: object, argument: str = "when_all_idle") -> AllIdlePolicy:
+    """``when_all_idle`` checked: ``"wait"`` or ``"highest"``."""
+    if when_all_idle not in ALL_IDLE_POLICIES:
+        raise ValueError(f"{argument}={when_all_idle!r} must be one of {', '.join(map(repr, ALL_IDLE_POLICIES))}")
+    return when_all_idle  # type: ignore[return-value]
+
+
+def is_idle(last_advanced_ms: int | None, reference_ms: int, idle_timeout_ms: int | None) -> bool:
+    """Jet's idle rule across DAG runs: an input is idle when its watermark last advanced at least
+    ``idle_timeout_ms`` before ``reference_ms`` (the run's logical time). Without a timeout nothing is idle;
+    an input that never advanced (no watermark yet) is not idle: it holds the output back (rule 3).
+
+    >>> is_idle(40, 100, 60), is_idle(41, 100, 60), is_idle(None, 100, 60), is_idle(0, 100, None)
+    (True, False, False, False)
+    """
+    return (
+        idle_timeout_ms is not None
+        and last_advanced_ms is not None
+        and reference_ms - last_advanced_ms >= (idle_timeout_ms)
+    )
+
+
+def last_advanced_ms(record: Mapping[str, Any]) -> int | None:
+    """When a store record's watermark last advanced: its ``computed_at_ms`` (a record from before that
+    field: ``published_at_ms``, the best known)."""
+    value = record.get("computed_at_ms")
+    if value is None:
+        value = record.get("published_at_ms")
+    return None if value is None else int(value)
+
+
+class InputSeen(NamedTuple):
+    """One input as one poll saw it: its watermark (``None``: no record yet), when it last advanced, idle."""
+
+    lower_ms: int | None
+    last_advanced_ms: int | None
+    idle: bool
+
+
+class WatermarkCheck(NamedTuple):
+    """:func:`check_watermarks` applied to one read of every input.
+
+    :param watermark_ms: the coalesced watermark (``None``: an input without a record holds it back, or all
+        inputs are idle and the policy is ``"wait"``).
+    :param idle: the idle inputs (left out of the minimum), ``waiting``: those without a record, in order.
+    :param inputs: each input's :class:`InputSeen`, by label, in input order.
+    """
+
+    watermark_ms: int | None
+    threshold_ms: int
+    all_idle: bool
+    idle: list[str]
+    waiting: list[str]
+    inputs: dict[str, InputSeen]
+
+    @property
+    def passed(self) -> bool:
+        return self.watermark_ms is not None and self.watermark_ms >= self.threshold_ms
+
+
+def check_watermarks(
+    records: Mapping[str, Mapping[str, Any] | None],
+    threshold_ms: int,
+    *,
+    reference_ms: int | None = None,
+    idle_timeout_ms: int | None = None,
+    when_all_idle: AllIdlePolicy = "wait",
+) -> WatermarkCheck:
+    """What a stream sensor decides from the latest store record of every input (by label): :func:`is_idle`
+    per input (``reference_ms`` defaults to ``threshold_ms``, the run's interval end), then :func:`coalesce`
+    of their ``lower_ms`` without the idle ones; when all are idle, ``when_all_idle`` decides: ``"wait"``
+    (nothing) or ``"highest"`` (Jet).
+
+    >>> check = check_watermarks(
+    ...     {"a": {"lower_ms": 30, "computed_at_ms": 95}, "b": {"lower_ms": 10, "computed_at_ms": 40}},
+    ...     25, reference_ms=100, idle_timeout_ms=50)
+    >>> check.watermark_ms, check.idle, check.passed
+    (30, ['b'], True)
+    """
+    if not records:
+        raise ValueError("records={} names no input: there is nothing to wait for")
+    reference = threshold_ms if reference_ms is None else reference_ms
+    inputs: dict[str, InputSeen] = {}
+    for label, record in records.items():
+        if record is None:
+            inputs[label] = InputSeen(None, None, False)
+            continue
+        advanced = last_advanced_ms(record)
+        inputs[label] = InputSeen(int(record["lower_ms"]), advanced, is_idle(advanced, reference, idle_timeout_ms))
+    idle = [label for label, seen in inputs.items() if seen.idle]
+    result = coalesce({label: seen.lower_ms for label, seen in inputs.items()}, idle, None, check_policy(when_all_idle))
+    return WatermarkCheck(result.value, int(threshold_ms), result.all_idle, idle, list(result.waiting), inputs)

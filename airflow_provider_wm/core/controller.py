@@ -55,18 +55,17 @@ w3 t=102 {2:100, 0:200}`` gives lower 100, upper 102, cut ``{0:200, 1:200, 2:200
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from airflow_provider_wm.core.names import is_valid_stream_name, split_label, watermark_label
 from airflow_provider_wm.core.progress import MAX_CHUNKS, Chunk, OriginState, advance
 from airflow_provider_wm.core.segments import Segment, StreamCut, stream_cut
 from airflow_provider_wm.core.times import is_valid_time_ms
 
 __all__ = [
-    "STREAM_NAME_PATTERN",
     "ControllerConfig",
     "ControllerState",
     "MarkKind",
@@ -80,33 +79,10 @@ __all__ = [
     "WriterMark",
     "WriterState",
     "in_round",
-    "is_valid_stream_name",
     "late_marks",
     "position_goes_back",
     "run_round",
-    "split_label",
-    "watermark_label",
 ]
-
-#: Stream names become path components in the watermark store: no separators, no leading dot.
-STREAM_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
-_STREAM_NAME = re.compile(STREAM_NAME_PATTERN)
-
-
-def is_valid_stream_name(name: object) -> bool:
-    """``orders-eu.v1`` is valid; ``../etc``, ``a/b`` and ``""`` are not."""
-    return isinstance(name, str) and _STREAM_NAME.fullmatch(name) is not None
-
-
-def watermark_label(stream: str, wm_key: str | None) -> str:
-    """How a watermark is named in reports and manifests: the stream, or ``stream:wm_key`` for a keyed one.
-
-    Neither a stream nor a key may contain ``:``, so the label is unambiguous.
-
-    >>> watermark_label("orders", None), watermark_label("orders", "eu")
-    ('orders', 'orders:eu')
-    """
-    return stream if wm_key is None else f"{stream}:{wm_key}"
 
 
 class MarkKind(StrEnum):
@@ -503,12 +479,6 @@ def _quarantine_label(mark: WriterMark, reason: Quarantine) -> str | None:
     if reason in (Quarantine.INVALID_STREAM, Quarantine.INVALID_WM_KEY):
         return None
     return mark.label
-
-
-def split_label(label: str) -> tuple[str, str | None]:
-    """The inverse of :func:`watermark_label`: ``"orders:eu"`` -> ``("orders", "eu")``."""
-    stream, _, wm_key = label.partition(":")
-    return stream, wm_key or None
 
 
 def _advance_origins(

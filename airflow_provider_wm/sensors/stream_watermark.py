@@ -11,21 +11,13 @@ from airflow.sdk import Context, PokeReturnValue, conf
 
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.contracts import WatermarkReached
-from airflow_provider_wm.core.coalescing import AllIdlePolicy
+from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
+from airflow_provider_wm.core.names import Input, parse_inputs, watermark_label
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
-from airflow_provider_wm.triggers.watermark import (
-    Input,
-    WatermarkCheck,
-    WatermarkTrigger,
-    check_policy,
-    check_watermarks,
-    describe_check,
-    input_label,
-    parse_inputs,
-)
+from airflow_provider_wm.triggers.watermark import WatermarkTrigger, describe_check
 
 __all__ = ["StreamWatermarkSensor"]
 
@@ -96,7 +88,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         if stream is not None and not is_templated(stream):
             validate_name(stream, "stream")
         if streams is not None and not is_templated(streams):
-            parse_inputs(streams, "streams", allow_templated=True)
+            parse_inputs(streams, "streams", skip=[entry for entry in streams if is_templated(entry)])
             streams = list(streams)
         require_paths(store_path=store_path)
         if not is_templated(threshold):
@@ -121,16 +113,17 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             return [(validate_name(self.stream, "stream"), None)]
         return parse_inputs(self.streams, "streams")
 
-    def _check(self, inputs: list[Input], threshold_ms: int) -> WatermarkCheck:
+    def _check(self, inputs: list[Input], threshold_ms: int) -> WatermarkReached:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
-        records = {input_label(stream, key): store.read_latest(stream, key) for stream, key in inputs}
-        return check_watermarks(
+        records = {watermark_label(stream, key): store.read_latest(stream, key) for stream, key in inputs}
+        check = check_watermarks(
             records,
             threshold_ms,
             reference_ms=threshold_ms,
             idle_timeout_ms=self.idle_timeout_ms,
             when_all_idle=self.when_all_idle,
         )
+        return WatermarkReached.of(check, records)
 
     def watermarks_page_query(self) -> dict[str, str]:
         """Where this task belongs on the Watermarks page (its extra link): the (first) stream it waits for."""
@@ -140,10 +133,10 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     def poke(self, context: Context) -> PokeReturnValue:
         inputs = self._inputs()
         threshold_ms = self._threshold_ms()
-        check = self._check(inputs, threshold_ms)
-        payload = check.payload()
-        self.log.info("Streams %s: %s", ", ".join(check.inputs), describe_check(payload, self.when_all_idle))
-        return PokeReturnValue(is_done=check.passed, xcom_value=payload if check.passed else None)
+        reached = self._check(inputs, threshold_ms)
+        payload = reached.to_json()
+        self.log.info("Streams %s: %s", ", ".join(reached.streams), describe_check(payload, self.when_all_idle))
+        return PokeReturnValue(is_done=reached.passed, xcom_value=payload if reached.passed else None)
 
     def trigger(self, context: Context, timeout_at_ms: int) -> WatermarkTrigger:
         threshold_ms = self._threshold_ms()

@@ -13,11 +13,13 @@ from airflow_provider_wm.contracts import (
     ControllerManifest,
     ControllerRequest,
     ControllerTotals,
+    InputWatermark,
     JobFailure,
     PartitionsManifest,
     PartitionsRequest,
     StreamEntry,
     Watermark,
+    WatermarkReached,
     WindowedInput,
     WindowedManifest,
     WindowedRequest,
@@ -26,6 +28,7 @@ from airflow_provider_wm.contracts import (
     WorkUnitRequest,
     parse_manifest,
 )
+from airflow_provider_wm.core.coalescing import check_watermarks
 
 SPARK_JOBS = Path(__file__).resolve().parents[2] / "spark_jobs"
 
@@ -116,3 +119,17 @@ def test_the_readme_table_of_contracts_is_rendered_from_the_classes():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert readme.split(START)[1].split(END)[0].strip() == render()
+
+
+def test_a_sensors_result_carries_each_inputs_upper_bound_and_cut_from_its_record():
+    records = {
+        "orders": {"lower_ms": 30, "upper_ms": 35, "stream_cut": {"0": 7}, "computed_at_ms": 30},
+        "refunds": None,
+    }
+    reached = WatermarkReached.of(check_watermarks(records, 25), records)
+    assert reached.streams == {
+        "orders": InputWatermark(30, 30, False, 35, {"0": 7}),
+        "refunds": InputWatermark(None, None, False),
+    }
+    assert (reached.watermark_ms, reached.waiting, reached.passed) == (None, ["refunds"], False)
+    assert WatermarkReached.loads(reached.dumps()) == reached

@@ -14,7 +14,10 @@ from airflow_provider_wm.core.coalescing import (
     Coalescer,
     CoalesceResult,
     InputDone,
+    InputSeen,
     NonIncreasingWatermark,
+    WatermarkCheck,
+    check_watermarks,
     coalesce,
 )
 
@@ -498,3 +501,51 @@ def test_coalesce_never_goes_back(watermarks, idle, done, last, policy):
         assert result.value == last
     assert set(result.excluded) == idle | done
     assert result.all_idle == (bool(idle) and len(idle) + len(done) == len(watermarks))
+
+
+# ------------------------------------------------------------------- the sensor's decision per poke
+
+MINUTE = 60_000
+
+
+def watermark(lower: int, advanced: int) -> dict:
+    return {"lower_ms": lower, "computed_at_ms": advanced}
+
+
+def test_the_rule_waits_for_the_slowest_input_and_for_inputs_without_a_watermark():
+    check = check_watermarks({"a": watermark(30, 30), "b": watermark(20, 20)}, 25)
+    assert (check.watermark_ms, check.passed, check.idle, check.all_idle) == (20, False, [], False)
+    records = {"a": watermark(30, 30), "b": None}
+    check = check_watermarks(records, 25, idle_timeout_ms=1)
+    assert (check.watermark_ms, check.passed, check.waiting, check.idle) == (None, False, ["b"], [])
+    assert check.inputs["b"] == InputSeen(None, None, False)
+
+
+def test_the_rule_leaves_out_inputs_that_have_not_advanced_for_the_idle_timeout():
+    reference = 100 * MINUTE
+    records = {"a": watermark(reference + 1, reference - MINUTE), "b": watermark(5, reference - 10 * MINUTE)}
+    check = check_watermarks(records, reference, idle_timeout_ms=10 * MINUTE)
+    assert (check.watermark_ms, check.passed, check.idle) == (reference + 1, True, ["b"])
+    assert check == WatermarkCheck(
+        reference + 1,
+        reference,
+        False,
+        ["b"],
+        [],
+        {"a": InputSeen(reference + 1, reference - MINUTE, False), "b": InputSeen(5, reference - 10 * MINUTE, True)},
+    )
+    # one millisecond younger than the timeout: not idle, it holds the output back
+    records["b"] = watermark(5, reference - 10 * MINUTE + 1)
+    assert check_watermarks(records, reference, idle_timeout_ms=10 * MINUTE).watermark_ms == 5
+    # the reference time is the run's logical time, not the threshold, when given
+    assert check_watermarks(records, reference, reference_ms=reference + 1, idle_timeout_ms=10 * MINUTE).idle == ["b"]
+    # without an idle timeout nothing is idle
+    assert check_watermarks(records, reference).idle == []
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("wait", None), ("highest", 300)])
+def test_when_every_input_is_idle_the_policy_decides(policy, expected):
+    records = {"a": watermark(300, 0), "b": watermark(200, 0)}
+    check = check_watermarks(records, 100, reference_ms=10 * MINUTE, idle_timeout_ms=MINUTE, when_all_idle=policy)
+    assert (check.watermark_ms, check.all_idle, check.idle) == (expected, True, ["a", "b"])
+    assert check.passed is (expected is not None)

@@ -12,10 +12,10 @@ from airflow_provider_wm.core.controller import (
     Quarantine,
     Rejection,
     StreamStatus,
-    is_valid_stream_name,
     position_goes_back,
     run_round,
 )
+from airflow_provider_wm.core.names import is_valid_stream_name
 from airflow_provider_wm.core.segments import cut_position_at, segment_map
 from tests.factories import ROUND_1, ROUND_2, THIRDS, mark
 

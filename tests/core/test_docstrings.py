@@ -9,6 +9,7 @@ import pytest
 from airflow_provider_wm.core import (
     coalescing,
     controller,
+    names,
     partitions,
     progress,
     reader,
@@ -20,7 +21,7 @@ from airflow_provider_wm.core import (
 
 
 @pytest.mark.parametrize(
-    "module", [coalescing, controller, partitions, progress, reader, segments, times, windowing, windows]
+    "module", [coalescing, controller, names, partitions, progress, reader, segments, times, windowing, windows]
 )
 def test_docstring_examples_hold(module):
     result = doctest.testmod(module)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from airflow_provider_wm.triggers.watermark import WatermarkTrigger, check_watermarks, parse_inputs
+from airflow_provider_wm.triggers.watermark import WatermarkTrigger
 from tests.hooks.test_watermark_store import record
 
 MINUTE = 60_000
@@ -127,83 +127,6 @@ def test_a_trigger_serialised_by_the_previous_version_still_loads_and_fires(tmp_
 def test_bad_trigger_arguments_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         WatermarkTrigger(store_path="/tmp/x", threshold_ms=5, **kwargs)
-
-
-def watermark(lower: int, advanced: int) -> dict:
-    return {"lower_ms": lower, "computed_at_ms": advanced}
-
-
-def test_the_rule_waits_for_the_slowest_input_and_for_inputs_without_a_watermark():
-    check = check_watermarks({"a": watermark(30, 30), "b": watermark(20, 20)}, 25)
-    assert (check.watermark_ms, check.passed, check.idle, check.all_idle) == (20, False, [], False)
-    check = check_watermarks({"a": watermark(30, 30), "b": None}, 25, idle_timeout_ms=1)
-    assert (check.watermark_ms, check.passed, check.waiting, check.idle) == (None, False, ["b"], [])
-    assert check.payload()["streams"]["b"] == {
-        "lower_ms": None, "last_advanced_ms": None, "idle": False, "upper_ms": None, "stream_cut": {}
-    }  # fmt: skip
-
-
-def test_the_rule_leaves_out_inputs_that_have_not_advanced_for_the_idle_timeout():
-    reference = 100 * MINUTE
-    records = {"a": watermark(reference + 1, reference - MINUTE), "b": watermark(5, reference - 10 * MINUTE)}
-    check = check_watermarks(records, reference, idle_timeout_ms=10 * MINUTE)
-    assert (check.watermark_ms, check.passed, check.idle) == (reference + 1, True, ["b"])
-    assert check.payload() == {
-        "watermark_ms": reference + 1,
-        "threshold_ms": reference,
-        "all_idle": False,
-        "idle": ["b"],
-        "waiting": [],
-        "streams": {
-            "a": {
-                "lower_ms": reference + 1,
-                "last_advanced_ms": reference - MINUTE,
-                "idle": False,
-                "upper_ms": None,
-                "stream_cut": {},
-            },
-            "b": {
-                "lower_ms": 5,
-                "last_advanced_ms": reference - 10 * MINUTE,
-                "idle": True,
-                "upper_ms": None,
-                "stream_cut": {},
-            },
-        },
-    }
-    # one millisecond younger than the timeout: not idle, it holds the output back
-    records["b"] = watermark(5, reference - 10 * MINUTE + 1)
-    assert check_watermarks(records, reference, idle_timeout_ms=10 * MINUTE).watermark_ms == 5
-    # the reference time is the run's logical time, not the threshold, when given
-    assert check_watermarks(records, reference, reference_ms=reference + 1, idle_timeout_ms=10 * MINUTE).idle == ["b"]
-    # without an idle timeout nothing is idle
-    assert check_watermarks(records, reference).idle == []
-
-
-@pytest.mark.parametrize(("policy", "expected"), [("wait", None), ("highest", 300)])
-def test_when_every_input_is_idle_the_policy_decides(policy, expected):
-    records = {"a": watermark(300, 0), "b": watermark(200, 0)}
-    check = check_watermarks(records, 100, reference_ms=10 * MINUTE, idle_timeout_ms=MINUTE, when_all_idle=policy)
-    assert (check.watermark_ms, check.all_idle, check.idle) == (expected, True, ["a", "b"])
-    assert check.passed is (expected is not None)
-
-
-def test_parse_inputs_reads_keys_and_rejects_duplicates_and_bad_names():
-    assert parse_inputs(["orders", "orders:eu", "payments"], "streams") == [
-        ("orders", None),
-        ("orders", "eu"),
-        ("payments", None),
-    ]
-    for bad, message in [
-        (["orders", "orders"], "names 'orders' more than once"),
-        (["orders:", "x"], "entry 'orders:'"),
-        (["a:b:c"], "entry 'a:b:c'"),
-        (["../etc"], "entry '../etc'"),
-        ("orders", "must be a list"),
-        ([], "names no stream"),
-    ]:
-        with pytest.raises(ValueError, match=message):
-            parse_inputs(bad, "streams")
 
 
 def test_several_inputs_fire_the_coalesced_result_once_the_slowest_passes(tmp_path):
