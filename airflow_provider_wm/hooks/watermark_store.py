@@ -11,7 +11,8 @@ Layout under a base path (a local directory or any fsspec URL, e.g. ``s3://bucke
     pipelines/<pipeline>/state.json           an incremental-partitions pipeline's committed state
                                               (spec, units, per-unit high watermarks): what the
                                               completeness sensor and the UI read
-    pipelines/<pipeline>/runs/<run>/          each run's plan, manifest and quarantine
+    pipelines/<pipeline>/runs/<run>/          each run's request and manifest
+    pipelines/<pipeline>/quarantine/          a partitions pipeline's bad rows, each once (wm_version=<v>)
 
 A watermark record is ``{stream, wm_key, lower_ms, upper_ms, stream_cut, computed_at_ms, run_id, ...}``.
 ``wm_key`` is ``None`` (or absent) for the stream's one unkeyed watermark; a stream may also carry keyed
@@ -38,7 +39,7 @@ from typing import Any
 
 import fsspec
 
-from airflow_provider_wm.core.controller import is_valid_stream_name
+from airflow_provider_wm.core.names import is_valid_stream_name
 from airflow_provider_wm.core.reader import TimeWindow, Watermark, time_window
 from airflow_provider_wm.core.segments import Segment
 
@@ -52,7 +53,23 @@ log = logging.getLogger(__name__)
 _LOG_NAME = re.compile(r"(-?\d+)-(-?\d+)\.json")  # <computed_at_ms>-<lower_ms>.json, see publish()
 _RUN_NAME = re.compile(r"v(\d+)")
 
-__all__ = ["WatermarkStoreHook", "producer", "validate_name"]
+__all__ = ["DamagedRecordError", "WatermarkStoreHook", "producer", "validate_name"]
+
+
+class DamagedRecordError(ValueError):
+    """A record of the store that is there but cannot be read as one (truncated, garbage, not an object).
+
+    ``path`` names the file, ``reason`` says what is wrong; the message is ``damaged record <path>: <reason>``.
+    A ``ValueError``, so callers that fall back on a bad record (the publish path) keep doing so.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"damaged record {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[DamagedRecordError], tuple[str, str]]:
+        return type(self), (self.path, self.reason)
 
 
 def producer(record: Mapping[str, Any]) -> str:
@@ -189,7 +206,7 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
     def _list_names(self, directory: str) -> list[str]:
         try:
             entries = self.fs.ls(directory, detail=False)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a stray file where a folder belongs holds no names
             return []
         return sorted(n for p in entries if is_valid_stream_name(n := str(p).rstrip("/").rsplit("/", 1)[-1]))
 
@@ -204,21 +221,40 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         self._write_atomic(self.watermark_path(stream, wm_key, "status.json"), status)
 
     def read_pipeline_runs(self, pipeline: str, limit: int) -> list[dict[str, Any]]:
-        """The manifests of a windowed pipeline's last ``limit`` runs (``runs/v<version>/``), oldest first."""
+        """The manifests of a windowed pipeline's last ``limit`` runs (``runs/v<version>/``), oldest first.
+        A damaged manifest raises :class:`DamagedRecordError`; read them one by one with
+        :meth:`read_pipeline_run` to go past it."""
+        manifests = [
+            self.read_pipeline_run(pipeline, version) for version in self.list_pipeline_runs(pipeline)[-limit:]
+        ]
+        return [manifest for manifest in manifests if manifest is not None]
+
+    def list_pipeline_runs(self, pipeline: str) -> list[int]:
+        """The versions of a windowed pipeline's runs (``runs/v<version>/`` folders), ascending."""
         runs_dir = self._path("pipelines", validate_name(pipeline, "pipeline"), "runs")
         try:
             names = self.fs.ls(runs_dir, detail=False)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        versions = sorted(
+        return sorted(
             int(match[1]) for name in names if (match := _RUN_NAME.fullmatch(str(name).rstrip("/").rsplit("/", 1)[-1]))
         )
-        manifests = [self._read_json(f"{runs_dir}/v{version}/manifest.json") for version in versions[-limit:]]
-        return [manifest for manifest in manifests if manifest is not None]
+
+    def pipeline_run_path(self, pipeline: str, version: int) -> str:
+        """Where the manifest of run ``version`` of ``pipeline`` lives."""
+        return self._path("pipelines", validate_name(pipeline, "pipeline"), "runs", f"v{int(version)}", "manifest.json")
+
+    def read_pipeline_run(self, pipeline: str, version: int) -> dict[str, Any] | None:
+        """The manifest of run ``version`` of a windowed pipeline, or ``None`` when the run wrote none (yet)."""
+        return self._read_json(self.pipeline_run_path(pipeline, version))
+
+    def pipeline_state_path(self, pipeline: str) -> str:
+        """Where the committed state document of ``pipeline`` lives."""
+        return self._path("pipelines", validate_name(pipeline, "pipeline"), "state.json")
 
     def read_pipeline_state(self, pipeline: str) -> dict[str, Any] | None:
         """The committed state document of an incremental-partitions pipeline (one small read)."""
-        return self._read_json(self._path("pipelines", validate_name(pipeline, "pipeline"), "state.json"))
+        return self._read_json(self.pipeline_state_path(pipeline))
 
     def read_json_url(self, url: str) -> dict[str, Any] | None:
         """Read a JSON document at an absolute URL or path (e.g. a job's manifest)."""
@@ -229,18 +265,21 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             return dict(json.loads(handle.read().decode("utf-8")))
 
     def _read_json(self, path: str) -> dict[str, Any] | None:
-        """The JSON object at ``path``; None when there is none; a damaged file fails naming ``path``."""
+        """The JSON object at ``path``; None when there is none; a damaged file raises
+        :class:`DamagedRecordError` naming ``path``."""
         try:
             with self.fs.open(path, "rb") as handle:
                 text = handle.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            raise DamagedRecordError(path, "a folder where a JSON record belongs") from None
         try:
             document = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not a JSON document ({exc}): it begins {text[:60]!r}") from None
+            raise DamagedRecordError(path, f"not a JSON document ({exc}): it begins {text[:60]!r}") from None
         if not isinstance(document, dict):
-            raise ValueError(f"{path} holds a JSON {type(document).__name__}, not a record")
+            raise DamagedRecordError(path, f"holds a JSON {type(document).__name__}, not a record")
         return document
 
     def read_time_window(

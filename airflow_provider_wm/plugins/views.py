@@ -2,53 +2,80 @@
 
 Every name that comes from a request (a stream, a pipeline) goes through the store's name check before it
 becomes a path, so no request can read outside the store.
+
+A damaged record (a truncated ``latest.json``, garbage in a state document, a manifest that is not an object)
+never takes the page down: the listing still answers for every healthy stream and pipeline, and the row of the
+damaged one carries ``error``: ``damaged record <path>: <reason>`` (``None`` on a healthy row). A stream whose
+``latest.json`` is damaged shows the highest lower bound of its watermark log (``lower_from: "log"``), the bound
+the store's publish path keeps to, so the flag never looks like a reset.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from airflow_provider_wm.core.controller import split_label, watermark_label
 from airflow_provider_wm.core.monitoring import downsample_lag, format_duration, partition_strip
 from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState
-from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook, validate_name
 
 __all__ = ["WINDOWED_RUNS_SHOWN", "overview", "stream_history"]
 
 WINDOWED_RUNS_SHOWN = 30
 
+T = TypeVar("T")
+
+# What reading or interpreting one malformed document can raise; a bug elsewhere still surfaces as a 500.
+_MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError, OSError)
+
 
 def overview(store: WatermarkStoreHook, now_ms: int) -> dict[str, Any]:
     """Every stream's latest watermark and status (a keyed watermark as a row of its own, named
-    ``stream:wm_key``), every pipeline's state, as the page's tables need them."""
+    ``stream:wm_key``), every pipeline's state, as the page's tables need them; a damaged record flags its
+    own row (``error``) and leaves every other row as it is."""
     streams = [
-        _stream_row(store, stream, wm_key, now_ms)
+        row
         for stream in store.list_streams()
-        for wm_key in [None, *store.list_keys(stream)]
+        for wm_key in [None, *_keys(store, stream)]
+        if (row := _stream_row(store, stream, wm_key, now_ms)) is not None
     ]
-    partitioned, windowed = [], []
+    partitioned: list[dict[str, Any]] = []
+    windowed: list[dict[str, Any]] = []
+    damaged: list[dict[str, Any]] = []
     for pipeline in store.list_pipelines():
-        document = store.read_pipeline_state(pipeline)
+        path = store.pipeline_state_path(pipeline)
+        try:
+            document = store.read_pipeline_state(pipeline)
+        except _MALFORMED as error:
+            damaged.append({"pipeline": pipeline, "error": _damage(path, error)})
+            continue
         if document is None:
             continue
         if document.get("kind") == "windowed" or "watermark_ms" in document:
-            windowed.append(_windowed_row(store, pipeline, document))
+            windowed.append(_guarded(path, _windowed_shell(pipeline), _windowed_row, store, pipeline, document))
         elif "units" in document and "spec" in document:
-            partitioned.append(_partitions_row(pipeline, document))
+            partitioned.append(_guarded(path, _partitions_shell(pipeline), _partitions_row, pipeline, document))
     return {
         "store": store.base_path,
         "now_ms": now_ms,
-        "streams": [row for row in streams if row is not None],
+        "streams": streams,
         "partition_pipelines": partitioned,
         "windowed_pipelines": windowed,
+        "damaged_pipelines": damaged,
     }
 
 
 def stream_history(store: WatermarkStoreHook, stream: str, max_points: int) -> dict[str, Any]:
     """The watermark and lag over time of ``stream`` (``stream:wm_key`` for a keyed one), at most
-    ``max_points`` points (see ``downsample_lag``)."""
+    ``max_points`` points (see ``downsample_lag``). The points come from the log's file names alone, so a
+    damaged record does not hide them; a log that cannot be listed raises :class:`DamagedRecordError`."""
     name, wm_key = split_label(stream)
-    entries = store.read_log_index(validate_name(name, "stream"), wm_key)
+    name = validate_name(name, "stream")
+    try:
+        entries = store.read_log_index(name, wm_key)
+    except OSError as error:  # e.g. a file where the log folder belongs
+        raise DamagedRecordError(store.watermark_path(name, wm_key, "log"), _reason(error)) from None
     points = downsample_lag(entries, max_points)
     return {
         "stream": stream,
@@ -57,28 +84,123 @@ def stream_history(store: WatermarkStoreHook, stream: str, max_points: int) -> d
     }
 
 
+def _reason(error: BaseException) -> str:
+    return str(error) if isinstance(error, ValueError | OSError) and str(error) else f"{type(error).__name__}: {error}"
+
+
+def _damage(path: str, error: BaseException) -> str:
+    """The ``error`` of a row: the store's own message for a damaged record, else one naming ``path``."""
+    if isinstance(error, DamagedRecordError):
+        return str(error)
+    return str(DamagedRecordError(path, _reason(error)))
+
+
+def _guarded(path: str, shell: dict[str, Any], build: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """``build(*args)`` with ``error: None``, or ``shell`` flagged with the damage when the document behind
+    ``path`` cannot be read as one."""
+    try:
+        return {**build(*args), "error": None}
+    except _MALFORMED as error:
+        return {**shell, "error": _damage(path, error)}
+
+
+def _keys(store: WatermarkStoreHook, stream: str) -> list[str]:
+    try:
+        return store.list_keys(stream)
+    except _MALFORMED:  # an unlistable keys folder: the stream's own row still shows
+        return []
+
+
+def _epoch_ms(record: dict[str, Any], field: str, path: str, required: bool = False) -> int | None:
+    """``record[field]`` when it is epoch milliseconds (``None`` when absent and not ``required``)."""
+    value = record.get(field)
+    if value is None and not required:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise DamagedRecordError(path, f"{field}={value!r} is not epoch milliseconds")
+    return value
+
+
+def _read(path: str, errors: list[str], read: Callable[..., T], *args: Any) -> T | None:
+    """``read(*args)``, or ``None`` with the damage (naming ``path``) appended to ``errors``."""
+    try:
+        return read(*args)
+    except _MALFORMED as error:
+        errors.append(_damage(path, error))
+        return None
+
+
 def _stream_row(store: WatermarkStoreHook, stream: str, wm_key: str | None, now_ms: int) -> dict[str, Any] | None:
-    latest = store.read_latest(stream, wm_key)
-    status = store.read_stream_status(stream, wm_key) or {}
-    if latest is None and not status:
+    errors: list[str] = []
+    latest_path = store.watermark_path(stream, wm_key, "latest.json")
+    status_path = store.watermark_path(stream, wm_key, "status.json")
+    latest = _read(latest_path, errors, _checked_latest, store, stream, wm_key, latest_path)
+    latest_damaged = bool(errors)
+    status = _read(status_path, errors, store.read_stream_status, stream, wm_key) or {}
+    if latest is None and not status and not errors:
         return None
     lower = None if latest is None else int(latest["lower_ms"])
+    lower_from = None if lower is None else "latest"
+    if latest_damaged:
+        index = _read(store.watermark_path(stream, wm_key, "log"), errors, store.read_log_index, stream, wm_key) or []
+        if index:
+            lower, lower_from = max(entry[1] for entry in index), "log"
+    record = latest or {}
     return {
         "stream": watermark_label(stream, wm_key),
         "wm_key": wm_key,
         "lower_ms": lower,
-        "upper_ms": None if latest is None else latest.get("upper_ms"),
+        "lower_from": lower_from,
+        "upper_ms": record.get("upper_ms"),
         "lag_ms": None if lower is None else now_ms - lower,
         "lag": "-" if lower is None else format_duration(now_ms - lower),
-        "last_advanced_ms": None if latest is None else latest.get("published_at_ms"),
-        "stream_cut": None if latest is None else latest.get("stream_cut"),
-        "pipeline": None if latest is None else latest.get("pipeline"),
-        "upstream": None if latest is None else latest.get("upstream"),
-        "controller": status.get("controller") or (latest or {}).get("controller"),
+        "last_advanced_ms": record.get("published_at_ms"),
+        "stream_cut": record.get("stream_cut"),
+        "pipeline": record.get("pipeline"),
+        "upstream": record.get("upstream"),
+        "controller": status.get("controller") or record.get("controller"),
         "status": status.get("status"),
         "writers": status.get("active_writers"),
         "idle": status.get("idle"),
         "checked_at_ms": status.get("checked_at_ms"),
+        "error": "; ".join(errors) or None,
+    }
+
+
+def _checked_latest(store: WatermarkStoreHook, stream: str, wm_key: str | None, path: str) -> dict[str, Any] | None:
+    """``latest.json`` when it is a watermark: an object whose bounds are epoch milliseconds."""
+    latest = store.read_latest(stream, wm_key)
+    if latest is not None:
+        _epoch_ms(latest, "lower_ms", path, required=True)
+        _epoch_ms(latest, "upper_ms", path)
+        _epoch_ms(latest, "published_at_ms", path)
+    return latest
+
+
+def _partitions_shell(pipeline: str) -> dict[str, Any]:
+    """The row of an incremental pipeline whose state cannot be drawn: nothing but its name."""
+    return {
+        "pipeline": pipeline,
+        "version": None,
+        "run_id": None,
+        "committed_at": None,
+        "processed_until_ms": None,
+        "units": [],
+        "strip": {},
+        "last_plan": [],
+        "failed": [],
+    }
+
+
+def _windowed_shell(pipeline: str) -> dict[str, Any]:
+    """The row of a windowed pipeline whose state cannot be read: nothing but its name."""
+    return {
+        "pipeline": pipeline,
+        "version": None,
+        "run_id": None,
+        "committed_at": None,
+        "watermark_ms": None,
+        "runs": [],
     }
 
 
@@ -113,28 +235,57 @@ def _partitions_row(pipeline: str, document: dict[str, Any]) -> dict[str, Any]:
 
 
 def _windowed_row(store: WatermarkStoreHook, pipeline: str, document: dict[str, Any]) -> dict[str, Any]:
+    state_path = store.pipeline_state_path(pipeline)
     committed = int(document.get("version") or 0)
-    runs = []
-    for manifest in store.read_pipeline_runs(pipeline, WINDOWED_RUNS_SHOWN):
-        if int(manifest.get("version") or 0) > committed:
+    watermark_ms = _epoch_ms(document, "watermark_ms", state_path)
+    runs: list[dict[str, Any]] = []
+    for version in store.list_pipeline_runs(pipeline)[-WINDOWED_RUNS_SHOWN:]:
+        if version > committed:
             continue  # its job ran, its commit did not (yet): the retry rewrites this version
-        totals = manifest.get("totals") or {}
-        runs.append(
-            {
-                "version": manifest.get("version"),
-                "run_id": manifest.get("run_id"),
-                "watermark_ms": manifest.get("watermark_ms"),
-                "panes": totals.get("panes") or {},
-                "too_late": totals.get("too_late", 0),
-                "invalid": totals.get("invalid_event_time", 0),
-                "events_read": totals.get("events_read", 0),
-            }
-        )
+        path = store.pipeline_run_path(pipeline, version)
+        errors: list[str] = []
+        run = _read(path, errors, _run_row, store, pipeline, version, path)
+        if errors:
+            runs.append(
+                {
+                    "version": version,
+                    "run_id": None,
+                    "watermark_ms": None,
+                    "panes": {},
+                    "too_late": None,
+                    "invalid": None,
+                    "events_read": None,
+                    "error": errors[0],
+                }
+            )
+        elif run is not None:
+            runs.append(run)
     return {
         "pipeline": pipeline,
         "version": committed,
         "run_id": document.get("run_id"),
         "committed_at": document.get("committed_at"),
-        "watermark_ms": document.get("watermark_ms"),
+        "watermark_ms": watermark_ms,
         "runs": runs,
+    }
+
+
+def _run_row(store: WatermarkStoreHook, pipeline: str, version: int, path: str) -> dict[str, Any] | None:
+    """One run of a windowed pipeline as the page's table shows it, from its manifest."""
+    manifest = store.read_pipeline_run(pipeline, version)
+    if manifest is None:
+        return None
+    totals = manifest.get("totals") or {}
+    panes = totals.get("panes") or {}
+    if not isinstance(totals, dict) or not isinstance(panes, dict):
+        raise DamagedRecordError(path, f"totals={totals!r} is not an object of counts")
+    return {
+        "version": manifest.get("version", version),
+        "run_id": manifest.get("run_id"),
+        "watermark_ms": _epoch_ms(manifest, "watermark_ms", path),
+        "panes": panes,
+        "too_late": totals.get("too_late", 0),
+        "invalid": totals.get("invalid_event_time", 0),
+        "events_read": totals.get("events_read", 0),
+        "error": None,
     }

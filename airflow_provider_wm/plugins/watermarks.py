@@ -8,6 +8,10 @@ loaded by default). The API server mounts the app; the UI embeds the page (``/pl
 - ``GET /wm/api/streams/<stream>/history?points=400`` a stream's watermark and lag over time, downsampled on
   the server (a log of 100,000 watermarks answers with at most ``points`` points).
 
+A damaged record in the store never takes the listing down: ``/wm/api/overview`` answers for every healthy stream
+and pipeline and flags the damaged one (its row's ``error`` is ``damaged record <path>: <reason>``; the page marks
+the row). A route for one stream that meets a damaged record answers 500 with that message as JSON ``detail``.
+
 Every route needs an authenticated Airflow user (Airflow's own ``get_user`` dependency: the UI's session cookie
 or a bearer token); an anonymous request gets 401. Stream and pipeline names are checked like every name of the
 store, so no request reaches outside it.
@@ -24,10 +28,10 @@ from typing import Annotated, Any
 
 from airflow.api_fastapi.core_api.security import get_user
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
 
-from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook
 from airflow_provider_wm.links import PAGE_PATH
 from airflow_provider_wm.plugins.views import overview, stream_history
 
@@ -65,10 +69,16 @@ def _bad_name(error: ValueError) -> HTTPException:
     return HTTPException(status_code=400, detail=str(error))
 
 
+def _damaged(_: Request, error: Exception) -> JSONResponse:
+    """A damaged record met by a route for one stream: a JSON 500 that names the record's path."""
+    return JSONResponse(status_code=500, content={"detail": str(error)})
+
+
 def create_app() -> FastAPI:
     """The plugin's app: every route behind Airflow's authentication."""
     # no /docs, /redoc or /openapi.json: FastAPI serves them outside the app's auth dependency
     app = FastAPI(title="Watermarks", dependencies=[Depends(get_user)], docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_exception_handler(DamagedRecordError, _damaged)
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
@@ -84,6 +94,8 @@ def create_app() -> FastAPI:
     ) -> dict[str, Any]:
         try:
             return stream_history(store, stream, points)
+        except DamagedRecordError:
+            raise  # the store's damage, not a bad name: answered by _damaged
         except ValueError as error:
             raise _bad_name(error) from None
 

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import pickle
 import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook
 
 
 def record(lower: int, stream: str = "orders", computed_at: int | None = None, wm_key: str | None = None) -> dict:
@@ -280,3 +281,87 @@ def test_no_sequence_of_store_operations_lets_the_latest_watermark_regress(tmp_p
             store = WatermarkStoreHook(str(base))
         latest = store.latest_lower_ms("orders")
         assert latest == highest
+
+
+def damaged_store(tmp_path):
+    """A store with one of each record, every one of them then overwritten with garbage."""
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(10))
+    store.write_stream_status("orders", {"status": "EMITTED"})
+    store.write_pipeline_state("daily", {"version": 1})
+    store.write_json_url(store.pipeline_url("daily", "runs", "v1", "manifest.json"), {"version": 1})
+    for path in [*tmp_path.rglob("*.json")]:
+        path.write_bytes(b'{"trunc')
+    return store
+
+
+@pytest.mark.parametrize(
+    ("read", "relative"),
+    [
+        (lambda s: s.read_latest("orders"), "streams/orders/latest.json"),
+        (lambda s: s.read_stream_status("orders"), "streams/orders/status.json"),
+        (lambda s: s.read_history("orders"), "streams/orders/log/000000000000010-000000000000010.json"),
+        (lambda s: s.read_pipeline_state("daily"), "pipelines/daily/state.json"),
+        (lambda s: s.read_pipeline_run("daily", 1), "pipelines/daily/runs/v1/manifest.json"),
+        (lambda s: s.read_pipeline_runs("daily", 5), "pipelines/daily/runs/v1/manifest.json"),
+    ],
+)
+def test_a_damaged_record_raises_an_error_naming_its_path_and_reason(tmp_path, read, relative):
+    store = damaged_store(tmp_path)
+    with pytest.raises(DamagedRecordError) as raised:
+        read(store)
+    assert raised.value.path == str(tmp_path / relative)
+    assert str(raised.value) == f"damaged record {tmp_path / relative}: {raised.value.reason}"
+    assert raised.value.reason.startswith("not a JSON document") and "'{\"trunc'" in raised.value.reason
+    assert isinstance(raised.value, ValueError)  # the publish path's fallback on a bad record still applies
+
+
+def test_a_record_that_is_not_an_object_is_damaged(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    (tmp_path / "streams" / "orders").mkdir(parents=True)
+    (tmp_path / "streams" / "orders" / "latest.json").write_text("[10]")
+    with pytest.raises(DamagedRecordError, match=r"latest\.json: holds a JSON list, not a record"):
+        store.read_latest("orders")
+
+
+def test_a_folder_where_a_record_belongs_is_damaged(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    (tmp_path / "pipelines" / "daily" / "state.json").mkdir(parents=True)
+    with pytest.raises(DamagedRecordError, match=r"state\.json: a folder where a JSON record belongs"):
+        store.read_pipeline_state("daily")
+
+
+def test_a_damaged_record_error_survives_pickling(tmp_path):
+    error = DamagedRecordError(str(tmp_path / "latest.json"), "not a JSON document")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.path, copy.reason, str(copy)) == (error.path, error.reason, str(error))
+
+
+def test_the_runs_of_a_pipeline_are_read_one_by_one_past_a_damaged_manifest(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    for version in (1, 2, 10):
+        store.write_json_url(store.pipeline_url("daily", "runs", f"v{version}", "manifest.json"), {"version": version})
+    (tmp_path / "pipelines" / "daily" / "runs" / "v2" / "manifest.json").write_text("garbage")
+    (tmp_path / "pipelines" / "daily" / "runs" / "v3").mkdir()  # a run that wrote no manifest (yet)
+    (tmp_path / "pipelines" / "daily" / "runs" / "scratch").mkdir()  # not a run
+    assert store.list_pipeline_runs("daily") == [1, 2, 3, 10]
+    assert store.read_pipeline_run("daily", 10) == {"version": 10}
+    assert store.read_pipeline_run("daily", 3) is None
+    with pytest.raises(DamagedRecordError, match=r"v2/manifest\.json: not a JSON document"):
+        store.read_pipeline_run("daily", 2)
+    assert store.pipeline_run_path("daily", 2) == str(
+        tmp_path / "pipelines" / "daily" / "runs" / "v2" / "manifest.json"
+    )
+    assert store.pipeline_state_path("daily") == str(tmp_path / "pipelines" / "daily" / "state.json")
+    assert store.list_pipeline_runs("unknown") == []
+
+
+def test_a_stray_file_where_a_folder_belongs_lists_no_names(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(10))
+    (tmp_path / "streams" / "junk").write_text("not a folder")
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "daily").write_text("not a folder")
+    assert store.list_streams() == ["junk", "orders"]
+    assert store.list_keys("junk") == []
+    assert store.list_pipeline_runs("daily") == []
