@@ -6,8 +6,13 @@ of work units, each a partition ``[partition_start, partition_end)``, a unit, an
 
 1. reads the source filtered to the plan's ranges: a filter on the source's partition column (partition
    pruning) when one is named, and a filter on the raw time column (Parquet predicate pushdown) when it is
-   a timestamp, date or epoch-millisecond number;
-2. quarantines rows whose time is null or unparseable (``reason`` column, counted in the manifest);
+   a timestamp, date or epoch-millisecond number (rows whose time is null or out of range stay in). An
+   existing source folder with no data file is a source without rows: every unit succeeds with 0 rows;
+2. quarantines bad rows (:func:`airflow_provider_wm.core.partitions.quarantine_reason`, the same rule in
+   Column operations): ``null_time``, ``unparseable_time``, ``time_out_of_range`` (outside
+   ``core.times``' 1970..9999), and, when the request lists the pipeline's ``units``, ``null_unit`` and
+   ``unknown_unit`` for rows in the plan's ranges (a row of a known unit whose work unit is up to date is
+   not bad);
 3. assigns each row to its work unit by an equi-join on ``(UTC day, unit)`` with the plan's ranges
    exploded into the days they touch (broadcast), then a range filter: no Python on rows;
 4. exposes the rows as the view ``source`` with ``wm_partition`` (partition key), ``wm_unit``,
@@ -17,12 +22,29 @@ of work units, each a partition ``[partition_start, partition_end)``, a unit, an
 5. writes the target partitioned by ``wm_partition, wm_unit`` with dynamic partition overwrite, so a unit
    re-executed replaces exactly its own output. A unit executed over a partial range (grace/abstinent
    cut inside its partition) keeps its previous rows before ``range_start`` (they need the time column in
-   the output). A unit that now produces no rows has its old output removed;
+   the output). A unit that now produces no rows, and keeps none, has its old output removed;
 6. isolates failures: if writing a batch of work units fails, the batch is split in halves and retried,
    so only the failing units end up ``failed`` in the manifest (O(failures x log units) extra writes).
 
+**Each bad row is quarantined and counted once.** A bad row cannot be placed in a work unit (its time or
+unit is the damage), and a run re-reads bad rows whenever it reads their source partition again (a grace
+re-execution, a neighbour's day of margin, a source without a partition column: every run), nor is the
+first reading run known from the plan (a bad row can arrive late in a partition done long ago). So the
+quarantine is keyed by the row: the pipeline's quarantine (``quarantine_path``, written by version,
+``wm_version=<version>``) holds each bad row once with ``wm_row_id`` (a SHA-256 of the row's columns as
+JSON, plus its occurrence number among identical rows). A run quarantines only the bad rows no committed
+version (``wm_version < version``) holds, and replaces its own version's partition: a retry of the run
+keeps what its earlier attempts found (rows of the same ``wm_run_id``) and adds its own, a failed run's
+leftovers under the same version are replaced by the next run. Readers of committed rows read
+``wm_version <=`` the committed version. Example: a row without a time in the source partition 2026-01-06
+is quarantined by version 2 (``quarantine == {"null_time": 1}``); version 3 re-reads that partition within
+its grace period and reports it as ``quarantine_seen_before == {"null_time": 1}``, counted once. A row whose
+columns change (a fix, or a new source column) is a new row.
+
 The manifest (``manifest.json``, written atomically last) has one entry per work unit: range, rows read,
-rows written, status and error; ``status`` is ``succeeded``, ``partial`` (some units failed) or ``failed``.
+rows written, status and error; ``status`` is ``succeeded``, ``partial`` (some units failed) or ``failed``;
+``quarantine`` counts the run's first-time bad rows by reason, ``quarantine_seen_before`` those read again,
+``unknown_unit_samples`` a few unknown unit values.
 """
 
 from __future__ import annotations
@@ -32,9 +54,9 @@ import importlib
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DateType,
@@ -48,10 +70,23 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
-from airflow_provider_wm.core.partitions import DAY_MS
-from spark_jobs.common import active_session, delete_path, parse_time, path_exists, submit_main
+from airflow_provider_wm.core.partitions import DAY_MS, QuarantineReason
+from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
+from spark_jobs.common import (
+    active_session,
+    delete_path,
+    invalid_time,
+    parse_time,
+    path_exists,
+    read_dataset,
+    submit_main,
+    time_ms,
+)
 
 PARTITION_COLUMNS = ("wm_partition", "wm_unit")
+ROW_ID = "wm_row_id"
+"""The quarantine's key of a bad row: SHA-256 of the row's columns as JSON, ``-<n>`` for its n-th identical copy."""
+UNKNOWN_UNIT_SAMPLES = 5
 LIST_FOLDERS_UP_TO = 64
 """Up to this many work units, the job reads their output folders directly instead of listing the target."""
 WORK_UNITS_SCHEMA = StructType(
@@ -98,7 +133,8 @@ def _utc(ms: int) -> dt.datetime:
 
 
 def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tuple[int, int]]) -> Column | None:
-    """Partition pruning and predicate pushdown for ``intervals``; rows with a null time stay in (quarantine)."""
+    """Partition pruning and predicate pushdown for ``intervals``; rows whose time is null or outside the valid
+    range stay in (quarantine)."""
     conditions: list[Column] = []
     if args.source_partition_column:
         # partition values are dates in some zone: a day of margin on each side, the exact filter comes later
@@ -112,14 +148,17 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
     raw = F.col(args.time_column)
     if isinstance(raw_type, (TimestampType, TimestampNTZType)):
         bounds = [(raw >= F.lit(_utc(a))) & (raw < F.lit(_utc(b))) for a, b in intervals]
+        out_of_range = (raw < F.lit(_utc(MIN_TIME_MS))) | (raw > F.lit(_utc(MAX_TIME_MS)))
     elif isinstance(raw_type, DateType):
         bounds = [(raw >= F.lit(_utc(a).date())) & (raw <= F.lit(_utc(b).date())) for a, b in intervals]
+        out_of_range = (raw < F.lit(_utc(MIN_TIME_MS).date())) | (raw > F.lit(_utc(MAX_TIME_MS).date()))
     elif isinstance(raw_type, IntegralType):
         bounds = [(raw >= F.lit(a)) & (raw < F.lit(b)) for a, b in intervals]
+        out_of_range = (raw < F.lit(MIN_TIME_MS)) | (raw > F.lit(MAX_TIME_MS))
     else:
         bounds = []
     if bounds:
-        conditions.append(raw.isNull() | _any(bounds))
+        conditions.append(raw.isNull() | out_of_range | _any(bounds))
     if not conditions:
         return None
     result = conditions[0]
@@ -152,8 +191,28 @@ def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame
     return lambda _spark, frame: frame
 
 
+class Quarantined(NamedTuple):
+    """A run's quarantine by reason: ``new`` (quarantined first by this run, over all its attempts),
+    ``seen_before`` (read again, held by an earlier version), and a few unknown unit values."""
+
+    new: dict[str, int]
+    seen_before: dict[str, int]
+    unknown_unit_samples: list[str]
+
+
+def with_row_ids(rows: DataFrame, columns: list[str]) -> DataFrame:
+    """``rows`` with ``wm_row_id``: the SHA-256 of the row's ``columns`` as JSON, ``-<n>`` for the n-th of
+    identical rows (so two identical bad rows are two rows). Example: the row ``id="c", region="eu",
+    ts=null`` gets ``sha2('{"id":"c","region":"eu"}', 256) || "-1"`` (JSON leaves nulls out)."""
+    digest = F.sha2(F.to_json(F.struct(*[F.col(c) for c in columns])), 256)
+    hashed = rows.withColumn(ROW_ID, digest)
+    copy = F.row_number().over(Window.partitionBy(ROW_ID).orderBy(ROW_ID))
+    return hashed.withColumn(ROW_ID, F.concat_ws("-", F.col(ROW_ID), copy.cast("string")))
+
+
 class Job:
-    """One execution of a plan: the read, the transformation and the writes, per batch of work units."""
+    """One execution of a plan: the read, the quarantine, the transformation and the writes, per batch of work
+    units. ``source`` is None for an existing source folder with no data file (a source without rows)."""
 
     def __init__(self, spark: SparkSession, args: PartitionsRequest, units: list[dict[str, Any]]) -> None:
         self.spark = spark
@@ -161,7 +220,13 @@ class Job:
         self.units = units
         self.write_id = uuid.uuid4().hex
         self.transform = load_transform(args)
-        self.source = spark.read.format(args.source_format).load(args.source)
+        self.quarantine_path = args.quarantine_path or f"{args.round_out}/quarantine"
+        if not path_exists(spark, args.source):
+            raise ValueError(f"source {args.source} does not exist (an empty folder is a source without rows)")
+        self.source = read_dataset(spark, args.source, args.source_format)
+        self.time_type: Any = None
+        if self.source is None:
+            return
         missing = [
             f"{argument}={name!r}"
             for argument, name in (
@@ -189,15 +254,42 @@ class Job:
         ]
         return self.spark.createDataFrame(rows, WORK_UNITS_SCHEMA)
 
-    def rows(self, units: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
-        """(rows of ``units`` with their work-unit columns, rows with a bad time) from one filtered read."""
-        condition = read_filter(self.source, self.args, merged_intervals(units))
-        frame = self.source if condition is None else self.source.where(condition)
-        frame = frame.withColumn(
-            "wm_time", parse_time(F.col(self.args.time_column), self.time_type, self.args.time_column)
+    def quarantine_reason(self, intervals: list[tuple[int, int]]) -> Column:
+        """:func:`core.partitions.quarantine_reason` on the source's columns (null: a good row). Unit reasons
+        only when the request lists the pipeline's units, and only for times inside ``intervals``."""
+        args = self.args
+        raw = F.col(args.time_column)
+        millis = time_ms(raw, self.time_type, args.time_column)
+        reason = (
+            F.when(raw.isNull(), QuarantineReason.NULL_TIME.value)
+            .when(millis.isNull(), QuarantineReason.UNPARSEABLE_TIME.value)
+            .when(invalid_time(millis), QuarantineReason.TIME_OUT_OF_RANGE.value)
         )
-        bad = frame.where(F.col("wm_time").isNull()).withColumn(
-            "reason", F.when(F.col(self.args.time_column).isNull(), "null_time").otherwise("unparseable_time")
+        if args.unit_column and args.units is not None:
+            unit = F.col(args.unit_column).cast("string")
+            in_plan = _any([(millis >= F.lit(a)) & (millis < F.lit(b)) for a, b in intervals])
+            known = unit.isin(list(args.units)) if args.units else F.lit(False)
+            reason = reason.when(in_plan & unit.isNull(), QuarantineReason.NULL_UNIT.value).when(
+                in_plan & ~known, QuarantineReason.UNKNOWN_UNIT.value
+            )
+        return reason
+
+    def rows(self, units: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
+        """(rows of ``units`` with their work-unit columns, bad rows with their ``reason``) from one filtered
+        read. Needs a source with rows (``self.source`` is not None)."""
+        assert self.source is not None, "a source without rows has no rows to read"
+        intervals = merged_intervals(units)
+        condition = read_filter(self.source, self.args, intervals)
+        frame = self.source if condition is None else self.source.where(condition)
+        frame = frame.withColumn("wm_reason", self.quarantine_reason(intervals))
+        bad = frame.where(F.col("wm_reason").isNotNull()).withColumnRenamed("wm_reason", "reason")
+        good = frame.where(F.col("wm_reason").isNull()).select(
+            *[F.col(c) for c in self.source.columns],
+            # guarded: a number far out of range would overflow the conversion
+            F.when(
+                F.col("wm_reason").isNull(),
+                parse_time(F.col(self.args.time_column), self.time_type, self.args.time_column),
+            ).alias("wm_time"),
         )
         days = self._work_units_frame(units).withColumn(
             "wm_day",
@@ -205,9 +297,7 @@ class Job:
                 F.sequence(F.floor(F.col("range_start_ms") / DAY_MS), F.floor((F.col("range_end_ms") - 1) / DAY_MS))
             ),
         )
-        good = frame.where(F.col("wm_time").isNotNull()).withColumn(
-            "wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS)
-        )
+        good = good.withColumn("wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS))
         keys = [good["wm_day"] == days["wm_day"]]
         if self.args.unit_column:
             keys.append(good[self.args.unit_column].cast("string") == days["wm_unit"])
@@ -232,29 +322,90 @@ class Job:
         return shaped, bad
 
     def rows_read(self) -> dict[tuple[str, str], int]:
+        if self.source is None:
+            return {}
         rows, _ = self.rows(self.units)
         counts = rows.groupBy(*PARTITION_COLUMNS).count().collect()  # one row per work unit of the plan: small
         return {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counts}
 
-    def quarantine(self) -> dict[str, int]:
-        _, bad = self.rows(self.units)
-        target = f"{self.args.round_out}/quarantine"
-        bad.write.mode("overwrite").parquet(target)
-        counts = self.spark.read.parquet(target).groupBy("reason").count().collect()  # one row per reason: small
-        return {r["reason"]: int(r["count"]) for r in counts}
+    def quarantine(self) -> Quarantined:
+        """Quarantine the bad rows no committed version holds yet, into this run's version (see the module's
+        docstring): each bad row is counted once, however many runs read it."""
+        version = self.args.version
+        existing = read_dataset(self.spark, self.quarantine_path)
+        stored_version = F.col("wm_version").cast("long")
+        seen_before: dict[str, int] = {}
+        samples: list[str] = []
+        parts: list[DataFrame] = []
+        if self.source is not None:
+            _, bad = self.rows(self.units)
+            bad = with_row_ids(bad, self.source.columns)
+            if existing is not None:
+                known = existing.where(stored_version < version).select(ROW_ID).distinct()
+                bad = bad.join(known.withColumn("wm_seen_before", F.lit(True)), on=ROW_ID, how="left").withColumn(
+                    "wm_seen_before", F.coalesce("wm_seen_before", F.lit(False))
+                )
+            else:
+                bad = bad.withColumn("wm_seen_before", F.lit(False))
+            bad = bad.localCheckpoint(eager=True)  # the one scan of this run's bad rows (few): read three times below
+            counts = bad.groupBy("reason", "wm_seen_before").count().collect()  # <= 2 rows per reason: small
+            seen_before = {r["reason"]: int(r["count"]) for r in counts if r["wm_seen_before"]}
+            if self.args.unit_column:
+                unknown = bad.where(F.col("reason") == QuarantineReason.UNKNOWN_UNIT.value)
+                values = unknown.select(F.col(self.args.unit_column).cast("string").alias("unit")).distinct()
+                samples = sorted(r["unit"] for r in values.limit(UNKNOWN_UNIT_SAMPLES).collect())  # a few values
+            parts.append(
+                bad.where(~F.col("wm_seen_before"))
+                .drop("wm_seen_before")
+                .withColumn("wm_run_id", F.lit(self.args.run_id))
+            )
+        if existing is not None:  # what earlier attempts of this run found (another run's are a failed run's)
+            parts.append(
+                existing.where((stored_version == version) & (F.col("wm_run_id") == self.args.run_id)).drop(
+                    "wm_version"
+                )
+            )
+        new_counts = self._replace_version(parts, version) if parts else {}
+        if not new_counts:
+            delete_path(self.spark, f"{self.quarantine_path}/wm_version={version}")
+        return Quarantined(new_counts, seen_before, samples)
 
-    def _output(self, units: list[dict[str, Any]]) -> DataFrame:
-        rows, _ = self.rows(units)
-        out = self.transform(self.spark, rows)
-        lacking = [c for c in PARTITION_COLUMNS if c not in out.columns]
-        if lacking:
-            raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
-        out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
+    def _replace_version(self, parts: list[DataFrame], version: int) -> dict[str, int]:
+        """Write the union of ``parts`` (one row per ``wm_row_id``) as the quarantine's ``wm_version=<version>``;
+        returns its rows by reason (nothing is written when there are none)."""
+        this_run = parts[0]
+        for part in parts[1:]:
+            this_run = this_run.unionByName(part, allowMissingColumns=True)
+        # materialised before the write replaces the very folder part of it comes from
+        this_run = this_run.dropDuplicates([ROW_ID]).localCheckpoint(eager=True)
+        counted = this_run.groupBy("reason").count().collect()  # one row per reason: small
+        if counted:
+            this_run.withColumn("wm_version", F.lit(version)).write.mode("overwrite").partitionBy("wm_version").parquet(
+                self.quarantine_path
+            )
+        return {r["reason"]: int(r["count"]) for r in counted}
+
+    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, set[tuple[str, str]]]:
+        """The rows to write for ``units`` (None: none) and the units among them that keep earlier rows."""
+        out: DataFrame | None = None
+        if self.source is not None:
+            rows, _ = self.rows(units)
+            out = self.transform(self.spark, rows)
+            lacking = [c for c in PARTITION_COLUMNS if c not in out.columns]
+            if lacking:
+                raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
+            out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
         partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
         previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
-        if previous is not None:
-            out = out.unionByName(self._kept_rows(previous, partial, out.columns))
-        return out
+        if previous is None:
+            return out, set()
+        kept = self._kept_rows(previous, partial, previous.columns if out is None else out.columns)
+        keeping_units = kept.select(*PARTITION_COLUMNS).distinct()
+        keeping = {
+            (r["wm_partition"], r["wm_unit"])
+            for r in keeping_units.collect()  # one row per partial unit: small
+        }
+        return (kept if out is None else out.unionByName(kept)), keeping
 
     def _unit_outputs(self, keys: set[tuple[str, str]]) -> DataFrame | None:
         """The target's current output of these work units (None when there is none). For a few units only
@@ -293,7 +444,9 @@ class Job:
 
     def write(self, units: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
         """Write ``units`` (dynamic overwrite); returns rows written per unit, removing stale outputs."""
-        self._output(units).write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
+        out, keeping = self._output(units)
+        if out is not None:
+            out.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
         keys = {work_unit_key(u) for u in units}
         outputs = self._unit_outputs(keys)
         written = (
@@ -305,7 +458,7 @@ class Job:
             .collect()  # one row per work unit of the batch: small
         )
         counts = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in written}
-        for key in keys - set(counts):  # executed, no rows now: its previous output is stale
+        for key in keys - set(counts) - keeping:  # executed, no rows now nor kept: its previous output is stale
             delete_path(self.spark, f"{self.args.target}/wm_partition={key[0]}/wm_unit={key[1]}")
         return {key: counts.get(key, 0) for key in keys}
 
@@ -352,13 +505,17 @@ def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
         "run_id": args.run_id,
         "status": "partial" if failed else "succeeded",
         "work_units": entries,
-        "quarantine": quarantined,
+        "quarantine": quarantined.new,
+        "quarantine_seen_before": quarantined.seen_before,
+        "unknown_unit_samples": quarantined.unknown_unit_samples,
+        "quarantine_path": job.quarantine_path,
         "totals": {
             "work_units": len(entries),
             "failed": failed,
             "rows_read": sum(e["rows_read"] for e in entries),
             "rows_written": sum(e["rows_written"] for e in entries),
-            "quarantined": sum(quarantined.values()),
+            "quarantined": sum(quarantined.new.values()),
+            "quarantined_seen_before": sum(quarantined.seen_before.values()),
         },
         "write_id": job.write_id,
     }

@@ -26,9 +26,13 @@ class WorkUnitRequest(Contract):
 
 @dataclass(frozen=True)
 class PartitionsRequest(JobRequest):
-    """Read ``source`` for the work units' ranges, quarantine rows without a usable time, apply the
-    transformation (``transform_sql`` over the view ``source``, or ``transform_callable`` as
-    ``package.module:function``) and write each unit's output under ``target``."""
+    """Read ``source`` for the work units' ranges, quarantine bad rows (no usable time; with ``units``, a
+    null or unknown unit), apply the transformation (``transform_sql`` over the view ``source``, or
+    ``transform_callable`` as ``package.module:function``) and write each unit's output under ``target``.
+
+    ``quarantine_path`` is the pipeline's quarantine (default: ``<round_out>/quarantine``): the bad rows no
+    earlier version quarantined go to its partition ``wm_version=<version>``, so each is counted once.
+    ``units`` lists every configured unit (``None``: units are not checked)."""
 
     job: ClassVar[str] = "incremental_partitions"
     pipeline: str
@@ -43,6 +47,9 @@ class PartitionsRequest(JobRequest):
     source_partition_column: str | None = None
     transform_sql: str | None = None
     transform_callable: str | None = None
+    units: list[str] | None = None
+    quarantine_path: str | None = None
+    version: int = 1
 
 
 @dataclass(frozen=True)
@@ -58,21 +65,32 @@ class WorkUnitOutcome(WorkUnitRequest):
 
 @dataclass(frozen=True)
 class PartitionsTotals(Contract):
+    """``quarantined``: bad rows this run quarantined first; ``quarantined_seen_before``: bad rows it read
+    again that an earlier version already holds (not counted again)."""
+
     work_units: int = 0
     failed: int = 0
     rows_read: int = 0
     rows_written: int = 0
     quarantined: int = 0
+    quarantined_seen_before: int = 0
 
 
 @dataclass(frozen=True)
 class PartitionsManifest(JobManifest):
-    """Per work unit its outcome; ``status`` is ``partial`` when some failed (the job isolates them)."""
+    """Per work unit its outcome; ``status`` is ``partial`` when some failed (the job isolates them).
+
+    ``quarantine`` counts by reason the bad rows this run quarantined first (its ``wm_version`` partition of
+    ``quarantine_path``, over all its attempts), ``quarantine_seen_before`` the bad rows it read again that
+    an earlier version holds; ``unknown_unit_samples`` shows a few of the unknown unit values it read."""
 
     pipeline: str
     run_id: str
     work_units: list[WorkUnitOutcome] = field(default_factory=list)
     quarantine: dict[str, int] = field(default_factory=dict)
+    quarantine_seen_before: dict[str, int] = field(default_factory=dict)
+    unknown_unit_samples: list[str] = field(default_factory=list)
+    quarantine_path: str | None = None
     totals: PartitionsTotals = field(default_factory=PartitionsTotals)
     write_id: str | None = None
     status: str = "succeeded"

@@ -36,11 +36,13 @@ import calendar
 import datetime as dt
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from airflow_provider_wm.core.times import is_valid_time_ms
 
 __all__ = [
     "DAY_MS",
@@ -52,6 +54,7 @@ __all__ = [
     "PartitionState",
     "Plan",
     "PlannedUnit",
+    "QuarantineReason",
     "Reason",
     "Run",
     "SkippedRange",
@@ -60,7 +63,9 @@ __all__ = [
     "UnitStatus",
     "format_day",
     "iso_ms",
+    "never_before",
     "plan",
+    "quarantine_reason",
     "succeeded",
     "work_units_not_done",
 ]
@@ -168,6 +173,29 @@ class TimeBound:
         if self.hours is None:
             return _epoch_ms(back.replace(hour=0, minute=0, second=0, microsecond=0), zone)
         return _epoch_ms(back.replace(minute=0, second=0, microsecond=0), zone)
+
+
+def never_before(from_: TimeBound, to: TimeBound) -> bool:
+    """Whether a range of two relative bounds (``PnD``, ``PnDTmH``, ``-``) is empty at every run: ``from``
+    resolves at or after ``to`` whatever the run's "now". (Static bounds are compared directly; a static and a
+    relative bound are ordered at some runs and not at others, so they are never refused.)
+
+    Rule: each relative bound is ``floor(now - offset)`` to the minute (``-``), hour (``PnDTmH``) or day
+    (``PnD``), with an offset of whole hours. So ``to - from`` repeats every day, and within one hour only the
+    minute floor moves, one way: the first and the last minute of every hour of one day are every case.
+
+    >>> never_before(TimeBound.parse("P1D", "from"), TimeBound.parse("P5D", "to"))  # 1 day ago, 5 days ago
+    True
+    >>> never_before(TimeBound.parse("P5D", "from"), TimeBound.parse("P1D", "to"))
+    False
+    >>> never_before(TimeBound.parse("P0D", "from"), TimeBound.parse("P0DT1H", "to"))  # empty 00:00-01:59 only
+    False
+    """
+    if from_.is_static or to.is_static:
+        return False
+    day = iso_ms("2001-01-02")  # the time zone only shifts the wall clock: UTC stands for every zone
+    samples = (day + hour * HOUR_MS + minute * 60_000 for hour in range(24) for minute in (0, 59))
+    return all(from_.resolve(now, "UTC") >= to.resolve(now, "UTC") for now in samples)
 
 
 class Granularity(StrEnum):
@@ -290,16 +318,26 @@ class PartitionSpec:
             unknown = set(bounds) - {"from", "to"}
             if unknown or "from" not in bounds:
                 raise ValueError(f"{argument}={dict(bounds)!r} must have 'from' and optionally 'to' (default '-')")
-            return Piece(
+            piece = Piece(
                 granularity,
                 TimeBound.parse(bounds["from"], f"{argument}['from']"),
                 TimeBound.parse(bounds.get("to", "-"), f"{argument}['to']"),
             )
-        if isinstance(bounds, (list, tuple)) and len(bounds) == 2:
-            return Piece(
+            shown: Any = dict(bounds)
+        elif isinstance(bounds, (list, tuple)) and len(bounds) == 2:
+            piece = Piece(
                 granularity, TimeBound.parse(bounds[0], f"{argument}[0]"), TimeBound.parse(bounds[1], f"{argument}[1]")
             )
-        raise ValueError(f"{argument}={bounds!r} must be {{'from': ..., 'to': ...}} or a [from, to] pair")
+            shown = bounds
+        else:
+            raise ValueError(f"{argument}={bounds!r} must be {{'from': ..., 'to': ...}} or a [from, to] pair")
+        if never_before(piece.from_, piece.to):
+            raise ValueError(
+                f"{argument}={shown!r}: from={piece.from_.text!r} is at or after to={piece.to.text!r} at every time "
+                "of day, so no partition would ever be planned; 'from' must lie further back than 'to' (for "
+                "example from='P5D', to='P1D')"
+            )
+        return piece
 
     def partitions(self, now_ms: int, open_end_ms: int | None = None) -> list[Partition]:
         """The partitions at ``now_ms``, sorted by start, tiling each piece's ``[from, to)`` exactly.
@@ -786,3 +824,53 @@ def complete_until(spec: PartitionSpec, state: PartitionState, units: Sequence[s
             break
         until = part.end
     return until
+
+
+class QuarantineReason(StrEnum):
+    """Why a source row is bad data: quarantined (kept with this reason, counted), never extracted."""
+
+    NULL_TIME = "null_time"
+    UNPARSEABLE_TIME = "unparseable_time"
+    TIME_OUT_OF_RANGE = "time_out_of_range"
+    NULL_UNIT = "null_unit"
+    UNKNOWN_UNIT = "unknown_unit"
+
+
+def quarantine_reason(
+    raw_time: object,
+    time_ms: int | None,
+    *,
+    ranges: Sequence[tuple[int, int]] = (),
+    unit: str | None = None,
+    units: Collection[str] | None = None,
+) -> QuarantineReason | None:
+    """Why a source row read by a run is quarantined; ``None``: it is good data.
+
+    Rule, first match wins: ``null_time`` (no time), ``unparseable_time`` (a time that does not parse:
+    ``time_ms`` is None), ``time_out_of_range`` (parses, but not ``core.times.is_valid_time_ms``: before
+    1970 or after 9999). Then, when the pipeline has units (``units`` is every configured unit) and the time
+    lies in one of the run's ``ranges`` (half-open), ``null_unit`` or ``unknown_unit``. A row of a known unit
+    whose work unit is not in the plan (up to date) is not bad, nor is a row outside the run's ranges.
+
+    >>> day = (iso_ms("2026-01-05"), iso_ms("2026-01-06"))
+    >>> [str(quarantine_reason(raw, ms)) for raw, ms in [(None, None), ("last tuesday", None), (10**15, 10**15)]]
+    ['null_time', 'unparseable_time', 'time_out_of_range']
+    >>> noon = iso_ms("2026-01-05T12:00")
+    >>> [str(quarantine_reason(noon, noon, ranges=[day], unit=u, units=["eu", "us"])) for u in (None, "asia", "us")]
+    ['null_unit', 'unknown_unit', 'None']
+    >>> quarantine_reason(noon, noon, ranges=[], unit="asia", units=["eu"]) is None  # not this run's range
+    True
+    """
+    if raw_time is None:
+        return QuarantineReason.NULL_TIME
+    if time_ms is None:
+        return QuarantineReason.UNPARSEABLE_TIME
+    if not is_valid_time_ms(time_ms):
+        return QuarantineReason.TIME_OUT_OF_RANGE
+    if units is None or not any(start <= time_ms < end for start, end in ranges):
+        return None
+    if unit is None:
+        return QuarantineReason.NULL_UNIT
+    if unit not in units:
+        return QuarantineReason.UNKNOWN_UNIT
+    return None

@@ -17,6 +17,7 @@ from airflow_provider_wm.core.partitions import (
     PartitionState,
     Plan,
     PlannedUnit,
+    QuarantineReason,
     UnitResult,
     UnitStatus,
     complete_until,
@@ -101,6 +102,13 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     not succeed in an earlier attempt of the same run (their output is already written, idempotently).
     With ``allow_partial_success=True`` the task succeeds instead, commits the succeeded units, and the failed
     ones execute in full at the next run.
+
+    Bad rows never fail or block a run: rows whose time is null, unparseable or outside 1970..9999, and rows
+    in the plan's ranges whose ``unit_column`` is null or names no configured unit, are quarantined in
+    ``<store_path>/pipelines/<pipeline>/quarantine/wm_version=<version>`` with a ``reason``, each once however
+    many runs re-read it: the XCom summary's ``quarantined`` counts the run's new ones,
+    ``quarantined_seen_before`` those an earlier run holds (a warning names the unit column, the count and a
+    few unknown values). An existing source folder without data files is a source without rows.
 
     Example: daily partitions from 2026-01-01 to the run's day, grace 2 days::
 
@@ -268,7 +276,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
             return Outcome(None, summary)
         round_dir = run.store.pipeline_url(self.pipeline, "runs", run.run_folder)
         try_number = int(run.context["ti"].try_number)
-        results, manifests = self._execute_plan(run, the_plan, round_dir, try_number)
+        results, manifests = self._execute_plan(run, the_plan, round_dir, try_number, units)
         failed = [r for r in results if r.status is UnitStatus.FAILED]
         summary.update(
             {
@@ -277,7 +285,9 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
                 "rows_read": sum(m.totals.rows_read for m in manifests),
                 "rows_written": sum(m.totals.rows_written for m in manifests),
                 "quarantined": sum(m.totals.quarantined for m in manifests),
+                "quarantined_seen_before": sum(m.totals.quarantined_seen_before for m in manifests),
                 "run_dir": round_dir,
+                "quarantine_path": run.store.pipeline_url(self.pipeline, "quarantine"),
             }
         )
         if failed and not self.allow_partial_success:
@@ -367,9 +377,11 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         return sorted(validate_name(str(v), f"units[{column}]") for v in values if v is not None)
 
     def _execute_plan(
-        self, run: JobRound[PipelineState], the_plan: Plan, round_dir: str, try_number: int
+        self, run: JobRound[PipelineState], the_plan: Plan, round_dir: str, try_number: int, units: list[str]
     ) -> tuple[list[UnitResult], list[PartitionsManifest]]:
-        """Run the executing units, except those an earlier attempt of this run already did."""
+        """Run the executing units, except those an earlier attempt of this run already did. The job
+        quarantines into the pipeline's quarantine under this run's version (each bad row once); ``units``
+        (every configured unit) lets it quarantine rows of a null or unknown unit."""
         executing = the_plan.executing()
         done_before: set[tuple[int, str, int]] = set()
         for attempt in range(1, try_number):
@@ -401,6 +413,9 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
                 transform_callable=self.transform_callable,
                 target=self.target,
                 round_out=f"{round_dir}/attempt-{try_number}",
+                units=list(units) if self.unit_column else None,
+                quarantine_path=run.store.pipeline_url(self.pipeline, "quarantine"),
+                version=run.version,
             )
             self.log.info("%s work units of %s execute", len(pending), self.pipeline)
             manifest = self.run_job(
@@ -443,7 +458,8 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     def _log_manifest(self, manifest: PartitionsManifest) -> None:
         totals = manifest.totals
         self.log.info(
-            "Job %s: %s work units, %s failed, %s rows read, %s written, %s quarantined %s",
+            "Job %s: %s work units, %s failed, %s rows read, %s written, %s bad rows quarantined %s (%s read again, "
+            "quarantined by an earlier run %s) in %s",
             manifest.status,
             totals.work_units,
             totals.failed,
@@ -451,7 +467,36 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
             totals.rows_written,
             totals.quarantined,
             manifest.quarantine or "",
+            totals.quarantined_seen_before,
+            manifest.quarantine_seen_before or "",
+            manifest.quarantine_path,
         )
+        self._warn_bad_units(manifest)
         for entry in manifest.work_units:
             if entry.status == "failed":
                 self.log.error("Work unit %s/%s failed: %s", entry.wm_partition, entry.unit or "-", entry.error)
+
+    def _warn_bad_units(self, manifest: PartitionsManifest) -> None:
+        """Rows whose unit is null or names no configured unit belong to no work unit: say so, with examples.
+
+        Example: ``3 new rows of orders have a null or unknown region (unit_column): 1 null, 2 of no configured
+        unit such as ['asia']; configured units: ['eu', 'us']. They are quarantined in ..., not extracted``.
+        """
+        null = manifest.quarantine.get(QuarantineReason.NULL_UNIT.value, 0)
+        unknown = manifest.quarantine.get(QuarantineReason.UNKNOWN_UNIT.value, 0)
+        if not null and not unknown:
+            return
+        self.log.warning(
+            "%s new rows of %s have a null or unknown %s (unit_column): %s null, %s of no configured unit such as "
+            "%s; configured units: %s. They are quarantined in %s, not extracted",
+            null + unknown,
+            self.source,
+            self.unit_column,
+            null,
+            unknown,
+            manifest.unknown_unit_samples,
+            self.units
+            if isinstance(self.units, list)
+            else f"the values of {self.units['column']} in {self.units['path']}",
+            manifest.quarantine_path,
+        )

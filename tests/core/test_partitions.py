@@ -14,6 +14,7 @@ from airflow_provider_wm.core.partitions import (
     HOUR_MS,
     PartitionSpec,
     PartitionState,
+    QuarantineReason,
     Reason,
     TimeBound,
     UnitResult,
@@ -21,10 +22,13 @@ from airflow_provider_wm.core.partitions import (
     complete_until,
     format_day,
     iso_ms,
+    never_before,
     plan,
+    quarantine_reason,
     succeeded,
     work_units_not_done,
 )
+from airflow_provider_wm.core.times import MAX_TIME_MS
 
 
 def days(p):
@@ -223,6 +227,74 @@ def test_bad_bounds_and_partitioning_are_rejected_naming_the_argument(kwargs, me
     args = {"watermark": {"from": "2020-01-01", "to": "-"}, "partition": "daily", **kwargs}
     with pytest.raises(ValueError, match=message):
         PartitionSpec.build(**args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"watermark": {"from": "P1D", "to": "P5D"}}, r"watermark=\{'from': 'P1D', 'to': 'P5D'\}: from='P1D' is at or"),
+        ({"watermark": ["P1DT3H", "P1DT5H"]}, r"watermark=\['P1DT3H', 'P1DT5H'\]: from='P1DT3H' is at or after"),
+        ({"watermark": {"from": "-", "to": "P0D"}}, r"from='-' is at or after to='P0D' at every time of day"),
+        ({"watermark": {"from": "P1DT0H", "to": "P1D"}}, r"from='P1DT0H' is at or after to='P1D'"),
+        ({"watermark": {"from": "P0D", "to": "P0D"}}, r"from='P0D' is at or after to='P0D'"),
+        (
+            {"watermark": None, "partition": {"monthly": ["P9D", "P8D"], "daily": ["P3D", "P7D"]}},
+            r"partition\['daily'\]=\['P3D', 'P7D'\]: from='P3D' is at or after to='P7D'",
+        ),
+    ],
+)
+def test_a_relative_range_whose_from_is_never_before_its_to_fails_at_build_naming_the_argument(kwargs, message):
+    """The issue's example: from 1 day ago, to 5 days ago, planned nothing at every run instead of failing."""
+    with pytest.raises(ValueError, match=message):
+        PartitionSpec.build(**{"partition": "daily", **kwargs})
+
+
+@pytest.mark.parametrize(
+    "watermark",
+    [
+        {"from": "P5D", "to": "P1D"},
+        {"from": "P0D", "to": "-"},  # empty at 00:00 only
+        {"from": "P0D", "to": "P0DT1H"},  # empty from 00:00 to 01:59 only
+        {"from": "P0DT1H"},  # to '-'
+        {"from": "P9D", "to": "2020-01-01"},  # a static bound: ordered at some runs, so accepted
+    ],
+)
+def test_a_relative_range_that_is_not_empty_at_some_time_of_day_is_accepted(watermark):
+    spec = PartitionSpec.build(watermark, "daily")
+    now = iso_ms("2020-01-10T12:30")
+    assert spec.partitions(now) or watermark.get("to") == "2020-01-01"
+
+
+RELATIVE_BOUNDS = st.one_of(
+    st.just("-"),
+    st.integers(0, 3).map(lambda d: f"P{d}D"),
+    st.tuples(st.integers(0, 2), st.integers(0, 23)).map(lambda dh: f"P{dh[0]}DT{dh[1]}H"),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(RELATIVE_BOUNDS, RELATIVE_BOUNDS)
+def test_never_before_agrees_with_every_minute_of_two_days(from_text, to_text):
+    from_, to = TimeBound.parse(from_text, "from"), TimeBound.parse(to_text, "to")
+    day = iso_ms("2020-03-02")
+    minutes = range(0, 2 * DAY_MS, 60_000)
+    assert never_before(from_, to) == all(from_.resolve(day + m, "UTC") >= to.resolve(day + m, "UTC") for m in minutes)
+
+
+def test_quarantine_reasons_follow_the_rule_in_order():
+    day = [(iso_ms("2026-01-05"), iso_ms("2026-01-06"))]
+    noon = iso_ms("2026-01-05T12:00")
+    units = ["eu", "us"]
+    assert quarantine_reason(None, None, ranges=day, unit=None, units=units) is QuarantineReason.NULL_TIME
+    assert quarantine_reason("soon", None, ranges=day, unit=None, units=units) is QuarantineReason.UNPARSEABLE_TIME
+    for bad_time in (-1, MAX_TIME_MS + 1, 10**15, 2**63 - 1):
+        assert quarantine_reason(bad_time, bad_time, unit="eu", units=units) is QuarantineReason.TIME_OUT_OF_RANGE
+    assert quarantine_reason(noon, noon, ranges=day, unit=None, units=units) is QuarantineReason.NULL_UNIT
+    assert quarantine_reason(noon, noon, ranges=day, unit="EU", units=units) is QuarantineReason.UNKNOWN_UNIT
+    assert quarantine_reason(noon, noon, ranges=day, unit="us", units=units) is None  # known, up to date or not
+    assert quarantine_reason(noon, noon, ranges=[], unit=None, units=units) is None  # not this run's range
+    assert quarantine_reason(noon, noon, ranges=day, unit=None, units=None) is None  # a pipeline without units
+    assert quarantine_reason(0, 0) is None and quarantine_reason(MAX_TIME_MS, MAX_TIME_MS) is None
 
 
 def test_ten_years_of_hourly_partitions_fit_well_under_64_kb_of_state():

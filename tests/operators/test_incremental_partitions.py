@@ -38,6 +38,15 @@ REQUIRED = {
         ({"output_stream": ".."}, "output_stream='..'"),
         ({"watermark": {"from": "someday"}}, r"watermark\['from'\]='someday' is not a time watermark bound"),
         ({"watermark": {"from": "2026-02-01", "to": "2026-01-01"}}, "from='2026-02-01' is not before to='2026-01-01'"),
+        (
+            {"watermark": {"from": "P1D", "to": "P5D"}},
+            r"watermark=\{'from': 'P1D', 'to': 'P5D'\}: from='P1D' is at or after to='P5D' at every time of day",
+        ),
+        ({"watermark": {"from": "-"}}, r"watermark=\{'from': '-'\}: from='-' is at or after to='-'"),
+        (
+            {"watermark": None, "partition": {"daily": ["P0D", "P0DT1H"], "monthly": ["P2D", "P3D"]}},
+            r"partition\['monthly'\]=\['P2D', 'P3D'\]: from='P2D' is at or after to='P3D'",
+        ),
         ({"partition": "biweekly"}, "partition='biweekly' is not a partitioning"),
         ({"grace_period": -1}, "grace_period=-1 must not be negative"),
         ({"abstinent_period": "P1Q"}, "abstinent_period='P1Q'"),
@@ -60,6 +69,14 @@ REQUIRED = {
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         IncrementalPartitionsOperator(**{**REQUIRED, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "watermark", [{"from": "P5D", "to": "P1D"}, {"from": "P0D", "to": "-"}, {"from": "P0D", "to": "P0DT1H"}]
+)
+def test_a_relative_range_that_is_non_empty_at_some_time_of_day_is_accepted(watermark):
+    op = IncrementalPartitionsOperator(**{**REQUIRED, "watermark": watermark})
+    assert op.spec.pieces[0].from_.text == watermark["from"]
 
 
 def test_a_transform_function_is_passed_to_the_job_by_its_import_path():
@@ -237,3 +254,58 @@ def test_with_partial_success_allowed_the_failed_unit_is_committed_failed_and_ru
     plan = xcom(run, "orders")["plan"]
     assert plan[1][:4] == ["2026-01-02..2026-01-03", "executes", "eu", 1] and "failed before" in plan[1][4]
     assert xcom(run, "orders")["failed"] == []
+
+
+def write_orders(folder, rows: list[dict]) -> None:
+    """Extra order rows (the demo's columns) as one more file of a day's source partition."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=orders_data.SCHEMA).drop_columns(["event_date"]), folder / "x.parquet"
+    )
+
+
+@pytest.mark.slow
+def test_bad_rows_are_quarantined_once_over_runs_and_rows_of_unknown_units_are_counted_with_a_warning(
+    airflow_db, tmp_path, capsys
+):
+    orders_data.write_history(tmp_path / "orders", JAN_6)
+    noon = datetime(2026, 1, 5, 12, tzinfo=UTC)
+    bad = [
+        {"order_id": "asia-1", "region": "asia", "event_time": noon, "amount": 1.0, "event_date": noon.date()},
+        {"order_id": "no-region", "region": None, "event_time": noon, "amount": 1.0, "event_date": noon.date()},
+        {"order_id": "no-time", "region": "eu", "event_time": None, "amount": 1.0, "event_date": noon.date()},
+    ]
+    write_orders(tmp_path / "orders" / "event_date=2026-01-05", bad)
+    dag = pipeline_dag(tmp_path, "p_bad")
+    capsys.readouterr()
+    run1, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "success"}
+    assert (xcom(run1, "orders")["quarantined"], xcom(run1, "orders")["quarantined_seen_before"]) == (3, 0)
+    log = capsys.readouterr().out
+    assert (
+        "2 new rows of " in log
+        and "have a null or unknown region (unit_column): 1 null, 1 of no configured unit such as ['asia']" in log
+    )
+
+    orders_data.write_day(tmp_path / "orders", JAN_6 + timedelta(days=1))  # 01-06, late 01-05 rows, one without time
+    run2, states = run_dag(dag, JAN_6 + timedelta(days=1))  # its grace period re-reads 01-05's partition
+    assert states == {"orders": "success"}
+    assert (xcom(run2, "orders")["quarantined"], xcom(run2, "orders")["quarantined_seen_before"]) == (1, 3)
+    table = pq.read_table(tmp_path / "store" / "pipelines" / "p_bad" / "quarantine").to_pylist()
+    assert sorted((r["order_id"], r["reason"], str(r["wm_version"])) for r in table) == [
+        ("asia-1", "unknown_unit", "1"),
+        ("bad-20260106", "null_time", "2"),
+        ("no-region", "null_unit", "1"),
+        ("no-time", "null_time", "1"),
+    ]
+
+
+@pytest.mark.slow
+def test_an_empty_source_folder_runs_every_unit_with_no_rows_and_commits(airflow_db, tmp_path):
+    (tmp_path / "orders").mkdir()
+    run, states = run_dag(pipeline_dag(tmp_path, "p_empty"), JAN_6)
+    assert states == {"orders": "success"}
+    summary = xcom(run, "orders")
+    assert (summary["executed"], summary["failed"], summary["rows_read"], summary["rows_written"]) == (10, [], 0, 0)
+    state = PartitionState.from_json(committed("p_empty")["state"])
+    assert state.max_high_watermark() == iso_ms("2026-01-06")

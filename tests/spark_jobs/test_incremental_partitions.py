@@ -1,12 +1,16 @@
-"""The incremental-partitions job on real Spark: plans from core, pruning, quarantine, overwrite, failures."""
+"""The incremental-partitions job on real Spark: plans from core, pruning, quarantine (each bad row once),
+overwrite, failures, an empty source."""
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
 from airflow_provider_wm.core.partitions import (
@@ -17,7 +21,9 @@ from airflow_provider_wm.core.partitions import (
     UnitStatus,
     iso_ms,
     plan,
+    quarantine_reason,
 )
+from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.incremental_partitions import Job, partition_key, run
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
@@ -200,3 +206,227 @@ def test_an_output_without_the_work_unit_columns_fails_the_job_clearly(spark, tm
     manifest = execute(spark, tmp_path, first, "bad", transform_sql="SELECT id FROM source")
     assert manifest["status"] == "partial"
     assert "must keep the columns ['wm_partition', 'wm_unit']" in manifest["work_units"][0]["error"]
+
+
+# ------------------------------------------------------------------------------------------- bad data
+
+
+def quarantined(spark, path: Path) -> list[tuple[str, str, str]]:
+    """The quarantine's rows as (id, reason, wm_version), sorted."""
+    rows = spark.read.parquet(str(path)).select("id", "reason", "wm_version").collect()
+    return sorted((r["id"], r["reason"], str(r["wm_version"])) for r in rows)
+
+
+@pytest.mark.slow
+def test_epoch_ms_times_before_1970_or_after_9999_are_quarantined_as_time_out_of_range_without_crashing(
+    spark, tmp_path
+):
+    good = iso_ms("2020-01-01T10:00")
+    rows = [
+        ("ok", "eu", good),
+        ("before-epoch", "eu", -1),
+        ("year-33658", "eu", 10**15),
+        ("long-max", "eu", 2**63 - 1),  # would overflow any conversion to a timestamp
+        ("last-ms", "eu", MAX_TIME_MS + 1),
+        ("no-time", "eu", None),
+    ]
+    spark.createDataFrame(rows, "id string, region string, t long").write.parquet(str(tmp_path / "millis"))
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-02"), units=["eu"])
+    manifest = execute(spark, tmp_path, first, "ms", source=tmp_path / "millis", time_column="t", unit_column="region")
+    assert manifest["status"] == "succeeded"
+    assert manifest["quarantine"] == {"time_out_of_range": 4, "null_time": 1}
+    assert manifest["totals"]["quarantined"] == 5 and manifest["totals"]["rows_written"] == 1
+    assert [(i, r) for i, r, _ in quarantined(spark, tmp_path / "runs" / "ms" / "quarantine")] == [
+        ("before-epoch", "time_out_of_range"),
+        ("last-ms", "time_out_of_range"),
+        ("long-max", "time_out_of_range"),
+        ("no-time", "null_time"),
+        ("year-33658", "time_out_of_range"),
+    ]
+
+
+@pytest.mark.slow
+def test_timestamps_and_iso_strings_before_1970_are_quarantined_even_when_the_read_is_pruned(spark, tmp_path):
+    rows = [*events(2), ("1960", "eu", datetime(1960, 1, 2, tzinfo=UTC), datetime(2020, 1, 2).date(), 0)]
+    write_source(spark, tmp_path / "source", rows)  # the 1960 row sits in the source partition 2020-01-02
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+    manifest = execute(
+        spark, tmp_path, first, "ts", unit_column="region", source_partition_column="event_date", units=UNITS
+    )
+    assert manifest["quarantine"] == {"time_out_of_range": 1}
+    assert manifest["totals"]["rows_written"] == 12
+
+    strings = [("a", "eu", "2020-01-01T10:00:00Z"), ("b", "eu", "1969-12-31T23:59:59Z")]
+    spark.createDataFrame(strings, "id string, region string, ts string").write.parquet(str(tmp_path / "strings"))
+    manifest = execute(spark, tmp_path, first, "s", source=tmp_path / "strings", time_column="ts", unit_column="region")
+    assert manifest["quarantine"] == {"time_out_of_range": 1} and manifest["totals"]["rows_written"] == 1
+
+
+def succeeded_state(*plans) -> PartitionState:
+    state = PartitionState.empty()
+    for done in plans:
+        state = state.apply(
+            UnitResult(u.partition_start, u.partition_end, u.unit, UnitStatus.SUCCEEDED) for u in done.executing()
+        )
+    return state
+
+
+@pytest.mark.slow
+def test_a_bad_row_read_again_by_a_later_run_is_quarantined_and_counted_once(spark, tmp_path):
+    """A row without a time in the source partition 2020-01-02 is read by the first run and again by the
+    second (its grace period re-executes 01-02): quarantined by version 1 only; the second run counts it as
+    seen before, and a new bad row that arrived late in that partition as new."""
+    no_time = ("no-time", "eu", None, datetime(2020, 1, 2).date(), 0)
+    write_source(spark, tmp_path / "source", [*events(2), no_time])
+    pipeline = {
+        "unit_column": "region", "source_partition_column": "event_date", "units": UNITS,
+        "quarantine_path": str(tmp_path / "quarantine"),
+    }  # fmt: skip
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+    manifest = execute(spark, tmp_path, first, "run1", version=1, **pipeline)
+    assert manifest["quarantine"] == {"null_time": 1} and manifest["quarantine_seen_before"] == {}
+
+    late_no_time = ("late-no-time", "us", None, datetime(2020, 1, 2).date(), 1)
+    write_source(spark, tmp_path / "source", [late_no_time], mode="append")
+    second = plan(DAILY, succeeded_state(first), iso_ms("2020-01-03"), units=UNITS, grace_ms=DAY_MS)
+    assert {partition_key(u.partition_start) for u in second.executing()} == {partition_key(iso_ms("2020-01-02"))}
+    manifest = execute(spark, tmp_path, second, "run2", version=2, **pipeline)
+    assert manifest["quarantine"] == {"null_time": 1} and manifest["quarantine_seen_before"] == {"null_time": 1}
+    assert manifest["totals"]["quarantined"] == 1 and manifest["totals"]["quarantined_seen_before"] == 1
+
+    third = plan(DAILY, succeeded_state(first, second), iso_ms("2020-01-03"), units=UNITS, grace_ms=DAY_MS)
+    manifest = execute(spark, tmp_path, third, "run3", version=3, **pipeline)
+    assert manifest["quarantine"] == {} and manifest["quarantine_seen_before"] == {"null_time": 2}
+    assert quarantined(spark, tmp_path / "quarantine") == [
+        ("late-no-time", "null_time", "2"),
+        ("no-time", "null_time", "1"),
+    ]
+
+
+@pytest.mark.slow
+def test_a_retry_keeps_what_its_earlier_attempt_quarantined_and_the_next_run_replaces_a_failed_runs(spark, tmp_path):
+    rows = events(5) + [(f"no-time-{d}", "eu", None, datetime(2020, 1, d).date(), 0) for d in range(1, 6)]
+    write_source(spark, tmp_path / "source", rows)
+    pipeline = {
+        "unit_column": "region", "source_partition_column": "event_date", "units": UNITS,
+        "quarantine_path": str(tmp_path / "quarantine"), "version": 1,
+    }  # fmt: skip
+    everything = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-06"), units=UNITS)
+    assert execute(spark, tmp_path, everything, "attempt-1", **pipeline)["quarantine"] == {"null_time": 5}
+    # the retry of the same run (same run id) re-executes only 01-01 (say it failed): it reads the source
+    # partitions 12-31..01-03 (a day of margin), so three of the five bad rows
+    only_first_day = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-02"), units=UNITS)
+    retry = execute(spark, tmp_path, only_first_day, "attempt-1", **pipeline)
+    assert retry["quarantine"] == {"null_time": 5}  # the run's first-time bad rows, over both attempts
+    assert len(quarantined(spark, tmp_path / "quarantine")) == 5
+    # that run never committed: the next run gets the same version and replaces its leftovers
+    other = execute(spark, tmp_path, only_first_day, "next-run", **pipeline)
+    assert other["quarantine"] == {"null_time": 3}
+    assert [i for i, _, _ in quarantined(spark, tmp_path / "quarantine")] == ["no-time-1", "no-time-2", "no-time-3"]
+
+
+@pytest.mark.slow
+def test_rows_of_a_null_or_unknown_unit_are_quarantined_once_but_an_up_to_date_units_rows_are_not(spark, tmp_path):
+    day = datetime(2020, 1, 1, 10, tzinfo=UTC)
+    bad_units = [
+        ("no-unit", None, day, day.date(), 0),
+        ("asia-1", "asia", day, day.date(), 0),
+        ("asia-2", "asia", day, day.date(), 0),
+        ("EU", "EU", day, day.date(), 0),
+    ]
+    write_source(spark, tmp_path / "source", events(2) + bad_units)
+    pipeline = {
+        "unit_column": "region", "source_partition_column": "event_date", "units": UNITS,
+        "quarantine_path": str(tmp_path / "quarantine"),
+    }  # fmt: skip
+    us_done = PartitionState.empty().apply(
+        [UnitResult(iso_ms(f"2020-01-0{d}"), iso_ms(f"2020-01-0{d + 1}"), "us", UnitStatus.SUCCEEDED) for d in (1, 2)]
+    )
+    only_eu = plan(DAILY, us_done, iso_ms("2020-01-03"), units=UNITS)
+    assert {u.unit for u in only_eu.executing()} == {"eu"}  # us is up to date: its rows are not bad data
+    manifest = execute(spark, tmp_path, only_eu, "eu", version=1, **pipeline)
+    assert manifest["quarantine"] == {"null_unit": 1, "unknown_unit": 3}
+    assert manifest["unknown_unit_samples"] == ["EU", "asia"]
+    assert manifest["totals"]["rows_written"] == 6
+
+    both = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+    manifest = execute(spark, tmp_path, both, "both", version=2, **pipeline)
+    assert manifest["quarantine"] == {} and manifest["quarantine_seen_before"] == {"null_unit": 1, "unknown_unit": 3}
+    assert len(quarantined(spark, tmp_path / "quarantine")) == 4
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "8")) // 2 or 1,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.randoms(use_true_random=False), st.integers(1, 3))
+def test_random_rows_are_quarantined_or_extracted_as_core_quarantine_reason_says(
+    spark, tmp_path_factory, rng, executing_days
+):
+    workdir = tmp_path_factory.mktemp("reasons")
+    now = iso_ms("2020-01-05")
+    times = [None, -1, 0, 10**15, 2**63 - 1, MAX_TIME_MS, MAX_TIME_MS + 1]
+    rows = []
+    for i in range(60):
+        t = rng.choice(times) if rng.random() < 0.3 else iso_ms("2020-01-01") + rng.randrange(5 * DAY_MS)
+        rows.append((f"r{i}", rng.choice([None, "eu", "us", "asia"]), t))
+    spark.createDataFrame(rows, "id string, region string, t long").write.parquet(str(workdir / "source"))
+    done = PartitionState.empty().apply(
+        [UnitResult(iso_ms("2020-01-01"), iso_ms(f"2020-01-0{5 - executing_days}"), "us", UnitStatus.SUCCEEDED)]
+    )
+    the_plan = plan(DAILY, done, now, units=UNITS)
+    ranges = [(u.range_start, u.range_end) for u in the_plan.executing()]
+    manifest = execute(
+        spark, workdir, the_plan, "r", source=workdir / "source", time_column="t", unit_column="region", units=UNITS
+    )
+    expected_bad = {}
+    expected_out = Counter()
+    for rid, region, t in rows:
+        reason = quarantine_reason(t, t, ranges=ranges, unit=region, units=UNITS)
+        if reason is not None:
+            expected_bad[rid] = reason.value
+        else:
+            for u in the_plan.executing():
+                if u.unit == region and u.range_start <= t < u.range_end:
+                    expected_out[(rid, partition_key(u.partition_start), region)] += 1
+    bad = spark.read.parquet(str(workdir / "runs" / "r" / "quarantine")) if expected_bad else None
+    assert ({r["id"]: r["reason"] for r in bad.collect()} if bad else {}) == expected_bad
+    assert manifest["quarantine"] == dict(Counter(expected_bad.values()))
+    written = target_rows(spark, workdir) if any((workdir / "target").rglob("*.parquet")) else Counter()
+    assert written == expected_out
+
+
+@pytest.mark.slow
+def test_an_empty_source_folder_is_a_source_without_rows_and_every_unit_succeeds_with_none(spark, tmp_path):
+    (tmp_path / "empty").mkdir()
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+    manifest = execute(spark, tmp_path, first, "e1", source=tmp_path / "empty", unit_column="region", units=UNITS)
+    assert manifest["status"] == "succeeded" and manifest["quarantine"] == {}
+    assert [(e["status"], e["rows_read"], e["rows_written"]) for e in manifest["work_units"]] == [
+        ("succeeded", 0, 0)
+    ] * 4
+    with pytest.raises(ValueError, match=r"source .*/missing does not exist"):
+        execute(spark, tmp_path, first, "e2", source=tmp_path / "missing", unit_column="region")
+
+
+@pytest.mark.slow
+def test_a_partial_re_execution_that_finds_no_rows_keeps_the_units_earlier_rows(spark, tmp_path):
+    """No partitioning, abstinent one day: run 1 extracts [01-01, 01-15); run 3 re-executes [01-16, 01-17),
+    which has no rows (here: the source folder is emptied). The rows before 01-16 stay."""
+    write_source(spark, tmp_path / "source", events(14))
+    spec = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "none")
+    p1 = plan(spec, PartitionState.empty(), iso_ms("2020-01-15"), abstinent_ms=DAY_MS)
+    execute(spark, tmp_path, p1, "c1", source_partition_column="event_date")
+    before = target_rows(spark, tmp_path)
+    assert sum(before.values()) == 14 * 6
+    p3 = plan(spec, succeeded_state(p1), iso_ms("2020-01-17"), abstinent_ms=DAY_MS)
+    assert [u.range_start for u in p3.executing()] == [iso_ms("2020-01-16")]
+    manifest = execute(spark, tmp_path, p3, "c3", source_partition_column="event_date")  # the days it reads: none
+    assert manifest["work_units"][0]["status"] == "succeeded" and manifest["work_units"][0]["rows_read"] == 0
+    assert target_rows(spark, tmp_path) == before
+    for folder in (tmp_path / "source").iterdir():  # the source emptied: its folder stays
+        shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
+    manifest = execute(spark, tmp_path, p3, "c4", source_partition_column="event_date")
+    assert manifest["status"] == "succeeded" and target_rows(spark, tmp_path) == before
