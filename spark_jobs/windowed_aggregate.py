@@ -6,13 +6,18 @@ random runs to both and requires identical panes.
 A run reads a request (JSON, written by the operator) and:
 
 1. reads the events that arrived since the previous run: ``arrival_from < arrival <= arrival_until`` on the
-   arrival column (a filter on a partition column prunes partitions); a merge of several ``inputs`` reads
-   each one so and unions them, each input's columns prefixed with its name (:func:`merge_inputs`);
-2. classifies each event: ``INVALID_EVENT_TIME`` (null, unparseable or negative time), ``TOO_LATE``
-   (``t < W_prev - L``), or accepted; and, in the same aggregation, computes the partial aggregates per
-   ``(keys, window)`` of the accepted events (tumbling and sliding windows by arithmetic, ``explode`` for
-   the slides, Spark's ``session_window`` for sessions, one window for global);
-3. writes the late and invalid events (original columns + ``reason``) only when there are any;
+   arrival column (a filter on a partition column prunes partitions), and the rows whose arrival is null,
+   unparseable or not a valid time (rule 0 of :mod:`~airflow_provider_wm.core.windowing`,
+   :func:`~airflow_provider_wm.core.windowing.read_by_run`); a missing events path or a folder with no data
+   file yet is a run with no events; a merge of several ``inputs`` reads each one so and unions them, each
+   input's columns prefixed with its name (:func:`merge_inputs`);
+2. classifies each row: ``INVALID_ARRIVAL`` (see below), ``INVALID_EVENT_TIME`` (a null, unparseable or
+   out-of-range time, :func:`~spark_jobs.common.invalid_time`), ``TOO_LATE`` (``t < W_prev - L``), or
+   accepted; and, in the same aggregation, computes the partial aggregates per ``(keys, window)`` of the
+   accepted events (tumbling and sliding windows by arithmetic, ``explode`` for the slides, Spark's
+   ``session_window`` for sessions, one window for global). No window arithmetic is evaluated on a row
+   that is not accepted, so a time such as ``2**63 - 1`` cannot overflow;
+3. writes the late and invalid rows (original columns + ``reason``) only when there are any;
 4. merges the partials with the stored open windows (a union and a group-by; sessions first merge
    overlapping intervals per key with window functions), decides each window's firing row by row, and
    writes the panes (with retraction rows) and the next state (open windows, a versioned snapshot);
@@ -21,6 +26,19 @@ A run reads a request (JSON, written by the operator) and:
 
 Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
 or re-run task replaces its own rows. The state is written to a new folder per version.
+
+**Rows without a usable arrival.** A row whose arrival column is null, unparseable or outside the valid time
+range can never fall in a run's ``(arrival_from, arrival_until]``: a filter on the range alone would drop it
+silently, forever. So every run also reads those rows (``OR arrival IS NULL`` and the out-of-range bounds are
+part of the filter pushed down to Parquet, whose row-group statistics skip the groups without any: about no
+cost while there are none), quarantines them with reason ``INVALID_ARRIVAL`` in its own ``wm_run`` partition of
+the late output and counts them (``totals.invalid_arrival``, not part of ``events_read``); the operator logs a
+warning naming the column. They are not aggregated and do not move the highest event time. Such a row stays in
+the source, so it is reported again by every run until it is fixed or removed there: the count is "rows in the
+source that no run can read", a standing alarm, not this run's share. Reading each such row exactly once would
+need a record of what was reported (a row has no identity but its file and position, and a rewritten file
+changes both), or the file's modification time as its arrival, which loses rows of a file that becomes visible
+after a run covering its time; a repeated report is preferred to a silent loss.
 
 A rollup (``spec.upstream``, window propagation) reads the upstream's pane rows of the upstream versions
 ``arrival_from < wm_run <= arrival_until`` instead of events (:meth:`Job.rollup_partials`): it keeps the
@@ -36,12 +54,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType, StructType, TimestampType
 
 from airflow_provider_wm.contracts import WindowedInput, WindowedManifest, WindowedRequest
+from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 from airflow_provider_wm.core.windowing import (
     OUTPUT_COLUMNS,
     ROW_COLUMN,
@@ -55,14 +73,18 @@ from airflow_provider_wm.core.windowing import (
     next_watermark,
 )
 from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
-from spark_jobs.common import active_session, path_exists, submit_main, time_ms
+from spark_jobs.common import active_session, invalid_time, path_exists, read_dataset, submit_main, time_ms
 
 RUN_PARTITION = "wm_run"
 _SESSION_PARKING_MS = -(2**45)
 """Where too-late and invalid events sit in the session scan: about 1,100 years before any valid time."""
+INVALID_ARRIVAL_FLAG = "wm_invalid_arrival"
+"""Per row read: whether its arrival is null, unparseable or out of range (rule 0: read by every run)."""
 STATE_FLAGS = ("pending", "on_time_fired", "last_pane", "owed")
 """Per window, after its keys, bounds and partials: events since its last firing, whether it fired ON_TIME, its
 last pane and the panes it owes retractions for (rule 4)."""
+JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG)
+"""What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")
 """Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
 
@@ -157,7 +179,9 @@ class Job:
 
     def read_events(self, source: WindowedInput | None = None) -> DataFrame | None:
         """The run's events of the request's input (or of one of its ``inputs``), with ``wm_t``, their time in
-        epoch ms; ``None`` when the events path does not exist (no data has arrived there)."""
+        epoch ms, and ``INVALID_ARRIVAL_FLAG`` (rule 0: the rows whose arrival no run's range can hold are read
+        too, see the module docstring); ``None`` when there is no data (no path, or a folder with no data file).
+        """
         request = self.request
         if source is None:
             if request.events is None or request.event_time is None:
@@ -165,25 +189,31 @@ class Job:
             source = WindowedInput(
                 "", request.events, request.event_time, request.arrival_column, request.events_format
             )
-        if not path_exists(self.spark, source.events):
+        events = read_dataset(self.spark, source.events, source.events_format)
+        if events is None:
             return None
-        events = self.spark.read.format(source.events_format).load(source.events)
+        schema = events.schema  # one round trip for the checks below
         arrival_column = source.arrival_column
+        invalid_arrival: Column = F.lit(False)
         if arrival_column:
-            if arrival_column not in events.columns:
+            if arrival_column not in schema.names:
                 raise ValueError(f"arrival_column={arrival_column!r} is not a column of {source.events}")
-            raw_type = events.schema[arrival_column].dataType
+            raw_type = schema[arrival_column].dataType
             until, since = request.arrival_until_ms, request.arrival_from_ms
             arrival = time_ms(F.col(arrival_column), raw_type, arrival_column)
-            condition = arrival <= F.lit(until)
+            invalid_arrival = invalid_time(arrival)
+            in_range = arrival <= F.lit(until)
             if since is not None:
-                condition = condition & (arrival > F.lit(int(since)))
-            events = events.where(_pushable(F.col(arrival_column), raw_type, since, until)).where(condition)
+                in_range = in_range & (arrival > F.lit(int(since)))
+            pushed = _pushable(F.col(arrival_column), raw_type, since, until)
+            events = events.where(pushed).where(in_range | invalid_arrival)
         name = source.event_time
-        missing = [c for c in [name, *self.keys] if c not in events.columns]
+        missing = [c for c in [name, *self.keys] if c not in schema.names]
         if missing:
-            raise ValueError(f"events {source.events} lack the columns {missing}; they have {events.columns}")
-        return events.withColumn("wm_t", time_ms(F.col(name), events.schema[name].dataType, name))
+            raise ValueError(f"events {source.events} lack the columns {missing}; they have {schema.names}")
+        return events.withColumn("wm_t", time_ms(F.col(name), schema[name].dataType, name)).withColumn(
+            INVALID_ARRIVAL_FLAG, invalid_arrival
+        )
 
     def read_merged_events(self) -> DataFrame | None:
         """The events of every input (:func:`merge_inputs`): keys as they are, every other column prefixed with
@@ -197,9 +227,13 @@ class Job:
             frames.append(
                 events.select(
                     *self.keys,
-                    *[F.col(c).alias(input_column(name, c)) for c in events.columns if c not in (*self.keys, "wm_t")],
+                    *[
+                        F.col(c).alias(input_column(name, c))
+                        for c in events.columns
+                        if c not in (*self.keys, *JOB_COLUMNS)
+                    ],
                     F.lit(1).alias(input_column(name, ROW_COLUMN)),
-                    "wm_t",
+                    *JOB_COLUMNS,
                 )
             )
         if not frames:
@@ -210,25 +244,33 @@ class Job:
         return merged
 
     def classified(self, events: DataFrame) -> DataFrame:
-        """The events with ``wm_reason`` (null: accepted), from their time ``wm_t``."""
+        """The rows with ``wm_reason`` (null: accepted): ``INVALID_ARRIVAL`` (rule 0), then from their time
+        ``wm_t`` ``INVALID_EVENT_TIME`` (``not is_valid_time_ms``: rule 1) or ``TOO_LATE`` (rule 2). The first
+        matching condition wins, so later steps only see valid times of accepted events."""
         t = F.col("wm_t")
-        reason = F.when(t.isNull() | (t < 0), LateReason.INVALID_EVENT_TIME.value)
+        reason = F.when(F.col(INVALID_ARRIVAL_FLAG), LateReason.INVALID_ARRIVAL.value).when(
+            invalid_time(t), LateReason.INVALID_EVENT_TIME.value
+        )
         if self.previous_watermark is not None:
             horizon = self.previous_watermark - self.spec.allowed_lateness_ms
             reason = reason.when(t < F.lit(horizon), LateReason.TOO_LATE.value)
         return events.withColumn("wm_reason", reason)
 
     def new_partials(self, classified: DataFrame) -> DataFrame:
-        """Per ``(keys, window_start, window_end)``: partials, events, too-late and invalid events, highest time.
+        """Per ``(keys, window_start, window_end)``: partials, events (``wm_events``: the window's pending count),
+        rows read (``wm_rows``: a sliding event counts in its first window only), too-late and invalid rows, and
+        the highest time.
 
-        Too-late and invalid events are grouped apart from the accepted ones (their window is null, or for
+        Too-late and invalid rows are grouped apart from the accepted ones (their window is null, or for
         sessions far before any valid time) so the same scan counts them; their groups have a null window.
+        Window arithmetic sits under ``when(accepted, ...)``: it is never evaluated on an invalid time.
         """
         window = self.spec.output_window
         t, reason = F.col("wm_t"), F.col("wm_reason")
         accepted = reason.isNull()
         groups: list[Column | str] = list(self.keys)
         frame = classified
+        first_copy: Column = F.lit(True)  # each row read counts once in the totals, a sliding one in its first window
         if isinstance(window, Session):
             # session_window drops rows without a time: the others get one far before any valid time
             ts = F.timestamp_millis(F.when(accepted, t).otherwise(F.lit(_SESSION_PARKING_MS)))
@@ -243,6 +285,7 @@ class Job:
                 last = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms))
                 slides = F.when(accepted, F.sequence(F.lit(0), F.lit(window.windows_per_event - 1)))
                 frame = frame.withColumn("wm_k", F.explode_outer(slides))
+                first_copy = F.col("wm_k").isNull() | (F.col("wm_k") == 0)
                 start = last - F.col("wm_k") * F.lit(window.slide_ms)
                 size = window.size_ms
             elif isinstance(window, Global):
@@ -256,19 +299,23 @@ class Job:
         aggregated = frame.groupBy(*groups).agg(
             *self.partial_exprs(),
             F.count(F.lit(1)).alias("wm_events"),
+            F.count(F.when(first_copy, 1)).alias("wm_rows"),
             F.count(F.when(reason == LateReason.TOO_LATE.value, 1)).alias("wm_too_late"),
             F.count(F.when(reason == LateReason.INVALID_EVENT_TIME.value, 1)).alias("wm_invalid"),
-            F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_EVENT_TIME.value), t)).alias("wm_max_t"),
+            F.count(F.when(reason == LateReason.INVALID_ARRIVAL.value, 1)).alias("wm_invalid_arrival"),
+            F.max(F.when(reason.isNull() | (reason == LateReason.TOO_LATE.value), t)).alias("wm_max_t"),
         )
-        is_accepted_group = F.col("wm_too_late") + F.col("wm_invalid") == 0
+        is_accepted_group = F.col("wm_too_late") + F.col("wm_invalid") + F.col("wm_invalid_arrival") == 0
         return aggregated.select(
             *self.keys,
             F.when(is_accepted_group, starts.cast("long")).alias("window_start"),
             F.when(is_accepted_group, ends.cast("long")).alias("window_end"),
             *self.partial_columns(),
             "wm_events",
+            "wm_rows",
             "wm_too_late",
             "wm_invalid",
+            "wm_invalid_arrival",
             "wm_max_t",
         )
 
@@ -277,14 +324,10 @@ class Job:
     def read_panes(self) -> DataFrame | None:
         """The upstream's pane rows of the versions ``(arrival_from, arrival_until]``; ``None``: none written."""
         request = self.request
-        if request.events is None or not path_exists(self.spark, request.events):
+        # None also when the upstream has run but not fired yet (a folder with no data file)
+        panes = None if request.events is None else read_dataset(self.spark, request.events)
+        if panes is None:
             return None
-        try:
-            panes = self.spark.read.parquet(request.events)
-        except AnalysisException as error:  # the upstream has run but not fired yet: no data files
-            if error.getCondition() == "UNABLE_TO_INFER_SCHEMA":
-                return None
-            raise
         needed = ["window_start", "window_end", "pane_index", "retraction", RUN_PARTITION, *self.keys]
         missing = [c for c in needed if c not in panes.columns]
         if missing:
@@ -315,17 +358,32 @@ class Job:
         return self.spark.read.parquet(live_in)
 
     def classify_panes(self, panes: DataFrame) -> DataFrame:
-        """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (no or an empty window), ``TOO_LATE`` (the window
-        they land in is purged: ``end <= W_prev - L``) or null; ``wm_t``: the last time of their window."""
+        """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (not
+        :func:`~airflow_provider_wm.core.windowing.pane_window_is_valid`), ``TOO_LATE`` (the window they land
+        in is purged: ``end <= W_prev - L``) or null; ``wm_t``: the last time of their window (null for an
+        invalid one). No window arithmetic is evaluated on an invalid window."""
         fine_start, fine_end = F.col("window_start").cast("long"), F.col("window_end").cast("long")
         _, target_end = self.target_bounds(fine_start, fine_end)
-        reason = F.when(
-            fine_start.isNull() | fine_end.isNull() | (fine_start >= fine_end), LateReason.INVALID_WINDOW.value
-        )
+        reason = F.when(~self.valid_pane_window(fine_start, fine_end), LateReason.INVALID_WINDOW.value)
         if self.previous_watermark is not None:
             horizon = self.previous_watermark - self.spec.allowed_lateness_ms
             reason = reason.when(target_end <= F.lit(horizon), LateReason.TOO_LATE.value)
-        return panes.withColumn("wm_reason", reason).withColumn("wm_t", fine_end - 1)
+        classified = panes.withColumn("wm_reason", reason)
+        valid = F.col("wm_reason").isNull() | (F.col("wm_reason") != LateReason.INVALID_WINDOW.value)
+        return classified.withColumn("wm_t", F.when(valid, fine_end - 1))
+
+    def valid_pane_window(self, start: Column, end: Column) -> Column:
+        """:func:`~airflow_provider_wm.core.windowing.pane_window_is_valid` as a column, never null; each
+        comparison is evaluated only when the ones before it hold (``end - size`` cannot overflow once
+        ``end > MIN_TIME_MS``)."""
+        assert self.spec.upstream is not None
+        upstream = self.spec.upstream.window
+        size = upstream.size_ms if isinstance(upstream, Tumbling | Sliding) else None
+        valid = F.when(start.isNull() | end.isNull(), False).when(start >= end, False)
+        valid = valid.when(start > F.lit(MAX_TIME_MS), False).when(end <= F.lit(MIN_TIME_MS), False)
+        if size is not None:
+            valid = valid.when(start < end - F.lit(size), False)
+        return valid.otherwise(True)
 
     def rollup_partials(
         self, classified: DataFrame | None, live: DataFrame | None
@@ -613,9 +671,7 @@ class Job:
                 self.classify_panes(panes),
                 F.count(F.lit(1)).alias("rows"),
                 *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
-                F.max(F.when(reason.isNull() | (reason != LateReason.INVALID_WINDOW.value), F.col("wm_t"))).alias(
-                    "max_t"
-                ),
+                F.max("wm_t").alias("max_t"),  # null on invalid windows
             )
             counts = {r.value: int(observed[r.value]) for r in LateReason if observed[r.value]}
             counts[None] = int(observed["rows"]) - sum(counts.values())
@@ -660,26 +716,31 @@ class Job:
             classified = self.classified(events)
             partials, observed = checkpoint_with_totals(  # one row per (keys, window): small
                 self.new_partials(classified),
-                F.sum("wm_events").alias("events"),
+                F.sum("wm_rows").alias("events"),
                 F.sum("wm_too_late").alias("too_late"),
                 F.sum("wm_invalid").alias("invalid"),
+                F.sum("wm_invalid_arrival").alias("invalid_arrival"),
                 F.max("wm_max_t").alias("max_t"),
             )
             too_late, invalid = int(observed["too_late"] or 0), int(observed["invalid"] or 0)
+            invalid_arrival = int(observed["invalid_arrival"] or 0)
             counts = {
-                None: int(observed["events"] or 0) - too_late - invalid,
+                None: int(observed["events"] or 0) - too_late - invalid - invalid_arrival,
                 LateReason.TOO_LATE.value: too_late,
                 LateReason.INVALID_EVENT_TIME.value: invalid,
+                LateReason.INVALID_ARRIVAL.value: invalid_arrival,
             }
             max_times.append(observed["max_t"])
-            if too_late or invalid:
+            if too_late or invalid or invalid_arrival:
                 late = classified.where(F.col("wm_reason").isNotNull()).select(
-                    *[c for c in events.columns if c != "wm_t"],
+                    *[c for c in events.columns if c not in JOB_COLUMNS],
                     F.col("wm_reason").alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
                 )
                 self._write_run_partition(late, request.late_output)
-            accepted = partials.where(F.col("window_start").isNotNull()).drop("wm_too_late", "wm_invalid", "wm_max_t")
+            accepted = partials.where(F.col("window_start").isNotNull()).drop(
+                "wm_rows", "wm_too_late", "wm_invalid", "wm_invalid_arrival", "wm_max_t"
+            )
             fresh = self.with_fresh_flags(accepted)
         seen = [v for v in max_times if v is not None]
         max_event_time = max(seen) if seen else None
@@ -728,6 +789,7 @@ class Job:
         pane_counts = {t.value: int(fired[t.value]) if fired else 0 for t in Timing}
         pane_counts["RETRACTION"] = int(fired["retractions"] or 0) if fired and self.spec.retracting else 0
         late = any(n for reason, n in counts.items() if reason is not None)
+        invalid_arrival = counts.get(LateReason.INVALID_ARRIVAL.value, 0)
         manifest = {
             "status": "succeeded",
             "job": "windowed_aggregate",
@@ -740,11 +802,12 @@ class Job:
             "arrival_from_ms": request.arrival_from_ms,
             "arrival_until_ms": request.arrival_until_ms,
             "totals": {
-                "events_read": sum(counts.values()),
+                "events_read": sum(counts.values()) - invalid_arrival,  # rule 0: not the run's events
                 "events_aggregated": counts.get(None, 0),
                 "too_late": counts.get(LateReason.TOO_LATE.value, 0),
                 "invalid_event_time": counts.get(LateReason.INVALID_EVENT_TIME.value, 0),
                 "invalid_window": counts.get(LateReason.INVALID_WINDOW.value, 0),
+                "invalid_arrival": invalid_arrival,
                 "panes": pane_counts,
                 "windows_open": int(fired["windows"]) - int(fired["purged"]) if fired else 0,
                 "windows_purged": int(fired["purged"]) if fired else 0,
@@ -776,17 +839,25 @@ def checkpoint_with_totals(frame: DataFrame, *totals: Column) -> tuple[DataFrame
     return checkpoint, row
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Column:
-    """The arrival range as a comparison of the raw column with literals, which Parquet can push down to
-    skip row groups (the exact filter on the parsed time follows it)."""
+    """The arrival range, or an arrival that is null or out of the valid range (rule 0), as comparisons of the
+    raw column with literals, which Parquet can push down to skip row groups by their min/max and null-count
+    statistics (the exact filter on the parsed time follows it; this one only needs to keep every row it
+    keeps)."""
 
     def literal(ms: int) -> Any:
-        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC) if isinstance(data_type, TimestampType) else ms
+        return _EPOCH + dt.timedelta(milliseconds=ms) if isinstance(data_type, TimestampType) else ms  # exact
 
     if not isinstance(data_type, TimestampType | IntegralType):
         return F.lit(True)
-    condition = raw <= F.lit(literal(until))
-    return condition if since is None else condition & (raw > F.lit(literal(since)))
+    in_range = raw <= F.lit(literal(until))
+    if since is not None:
+        in_range = in_range & (raw > F.lit(literal(since)))
+    out_of_range = (raw < F.lit(literal(MIN_TIME_MS))) | (raw > F.lit(literal(MAX_TIME_MS)))
+    return in_range | raw.isNull() | out_of_range
 
 
 def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:

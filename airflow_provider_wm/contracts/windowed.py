@@ -69,6 +69,10 @@ class WindowedTotals(Contract):
     too_late: int = 0
     invalid_event_time: int = 0
     invalid_window: int = 0
+    invalid_arrival: int = 0
+    """Rows in the source whose arrival is null, unparseable or not a valid time: no run's arrival range holds
+    them, so every run quarantines them (``INVALID_ARRIVAL``) and counts them again until they are fixed;
+    not part of ``events_read``."""
     panes: PaneCounts = field(default_factory=PaneCounts)
     windows_open: int = 0
     windows_purged: int = 0
@@ -77,7 +81,7 @@ class WindowedTotals(Contract):
 @dataclass(frozen=True)
 class WindowedManifest(JobManifest):
     """The run's watermark, what it read and fired, and where the new state (and a rollup's live panes) are;
-    ``late_output`` is set when the run wrote too-late or invalid events."""
+    ``late_output`` is set when the run wrote too-late or invalid rows."""
 
     pipeline: str
     run_id: str

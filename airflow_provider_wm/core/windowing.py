@@ -6,7 +6,14 @@ state of the open windows, and returns panes, too-late events and the next state
 Rules, in the order a run applies them (``W_prev`` is the previous run's watermark, ``L`` the allowed
 lateness):
 
-1. **Sanity.** An event without a time, or with a negative one, is quarantined ``INVALID_EVENT_TIME``.
+0. **Input.** With an arrival column, a run with input cut-offs ``(from, until]`` reads the rows that arrived
+   in that range (the runs' ranges tile the arrival axis, so each such row is one run's) and also every row
+   whose arrival is not a valid time (null, unparseable, or outside :mod:`~airflow_provider_wm.core.times`'
+   range): no run's range can hold it, so every run quarantines it ``INVALID_ARRIVAL`` and counts it, until
+   it is fixed at the source (:func:`read_by_run`). Those rows are not the run's events: rules 1-7 skip them.
+1. **Sanity.** An event whose time is not a valid time (null, negative, or after 9999-12-31:
+   :func:`~airflow_provider_wm.core.times.is_valid_time_ms`) is quarantined ``INVALID_EVENT_TIME``; no
+   window arithmetic is done on it.
 2. **Too late.** An event with ``t < W_prev - L`` is not aggregated: it goes to the late-data output with
    reason ``TOO_LATE`` and is counted (Flink's side output for late data).
 3. **Watermark.** ``W`` is the stream's watermark from the store (:class:`StoreWatermark`) or the highest
@@ -39,8 +46,9 @@ over those that are not idle (Jet's coalescing), so a window fires once every li
 
 **Window propagation** (Apex): a rollup (``upstream=UpstreamPanes(...)``) reads the panes of an upstream
 aggregate instead of events (:func:`run_on_panes`). A pane row lands in the window it carries (``window=None``)
-or in the coarse tumbling window that contains it (a multiple of the upstream's size). It is too late when
-that window is purged (``end <= W_prev - L``). Each upstream window has one *live* pane: the row with the
+or in the coarse tumbling window that contains it (a multiple of the upstream's size). A row whose window is
+not one an upstream can emit (:func:`pane_window_is_valid`) is quarantined ``INVALID_WINDOW``. It is too late
+when that window is purged (``end <= W_prev - L``). Each upstream window has one *live* pane: the row with the
 highest ``(upstream run, pane_index, not retraction)`` (a retraction is followed by the pane that replaces
 it; a retraction left on top undoes its pane); a DISCARDING upstream's panes are all live (each holds new
 data). A window that got rows has its partials recomputed from its live panes, so an EARLY pane counts
@@ -72,7 +80,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from airflow_provider_wm.core.windows import Session, Tumbling, Window, WindowFn, merge_sessions, window_from_json
+from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS, is_valid_time_ms
+from airflow_provider_wm.core.windows import (
+    Session,
+    Sliding,
+    Tumbling,
+    Window,
+    WindowFn,
+    merge_sessions,
+    window_from_json,
+)
 
 __all__ = [
     "Accumulation",
@@ -95,6 +112,8 @@ __all__ = [
     "input_column",
     "merge_inputs",
     "next_watermark",
+    "pane_window_is_valid",
+    "read_by_run",
     "run",
     "run_on_panes",
 ]
@@ -113,6 +132,9 @@ class Timing(enum.StrEnum):
 
 
 class LateReason(enum.StrEnum):
+    """Why a row went to the late-data output instead of a window (the ``reason`` column)."""
+
+    INVALID_ARRIVAL = "INVALID_ARRIVAL"
     INVALID_EVENT_TIME = "INVALID_EVENT_TIME"
     INVALID_WINDOW = "INVALID_WINDOW"
     TOO_LATE = "TOO_LATE"
@@ -630,6 +652,48 @@ def next_watermark(
     return max(values) if values else None
 
 
+def read_by_run(arrival_ms: object, arrival_from_ms: int | None, arrival_until_ms: int) -> bool:
+    """Rule 0: whether the run with input cut-offs ``(arrival_from_ms, arrival_until_ms]`` reads a row that
+    arrived at ``arrival_ms`` (``None``: null or unparseable). A valid arrival is read by the one run whose range
+    holds it; an invalid one (not :func:`~airflow_provider_wm.core.times.is_valid_time_ms`) by every run, which
+    quarantines it ``INVALID_ARRIVAL``: no range can ever hold it, and a row is never dropped silently.
+
+    >>> read_by_run(5, 0, 10), read_by_run(5, 5, 10), read_by_run(11, None, 10)
+    (True, False, False)
+    >>> read_by_run(None, 5, 10), read_by_run(-1, 5, 10), read_by_run(10**15, 5, 10)
+    (True, True, True)
+    """
+    if not is_valid_time_ms(arrival_ms):
+        return True
+    assert isinstance(arrival_ms, int)
+    return (arrival_from_ms is None or arrival_ms > arrival_from_ms) and arrival_ms <= arrival_until_ms
+
+
+def pane_window_is_valid(window: Window | None, upstream: WindowFn) -> bool:
+    """Whether a rollup can place an upstream pane row of ``window``: a window an upstream emits for a valid
+    event time is non-empty, holds a valid time (``start <= MAX_TIME_MS`` and ``end > MIN_TIME_MS``) and is no
+    longer than the upstream's windows (the global window has no size). Any other row (``None``: no window)
+    is quarantined ``INVALID_WINDOW``, before any window arithmetic.
+
+    >>> five = Tumbling(300_000)
+    >>> pane_window_is_valid(Window(-60_000, 240_000), five), pane_window_is_valid(Window(0, 10**15), five)
+    (True, False)
+    >>> pane_window_is_valid(Window(10**15, 10**15 + 300_000), five), pane_window_is_valid(None, five)
+    (False, False)
+    """
+    if window is None or window.start >= window.end:
+        return False
+    if window.start > MAX_TIME_MS or window.end <= MIN_TIME_MS:
+        return False
+    size = _window_size_ms(upstream)
+    return size is None or window.start >= window.end - size
+
+
+def _window_size_ms(window_fn: WindowFn) -> int | None:
+    """The length of every window of a fixed window function; ``None`` for the global window."""
+    return window_fn.size_ms if isinstance(window_fn, Tumbling | Sliding) else None
+
+
 def run(
     spec: AggregationSpec,
     state: AggregationState,
@@ -647,9 +711,10 @@ def run(
     max_seen = state.max_event_time_ms
     for event in events:
         t = event.time_ms
-        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+        if not is_valid_time_ms(t):
             late.append((event, LateReason.INVALID_EVENT_TIME.value))
             continue
+        assert isinstance(t, int)
         max_seen = t if max_seen is None else max(max_seen, t)
         if horizon is not None and t < horizon:
             late.append((event, LateReason.TOO_LATE.value))
@@ -690,8 +755,9 @@ def run_on_panes(
     live = {_identity(spec, pane): pane for pane in state.live}
     touched: dict[tuple[Any, Window], int] = defaultdict(int)
     max_seen = state.max_event_time_ms
+    upstream_window = spec.output_window if spec.upstream is None else spec.upstream.window
     for pane in panes:
-        if pane.window is None or pane.window.start >= pane.window.end:
+        if pane.window is None or not pane_window_is_valid(pane.window, upstream_window):
             late.append((pane, LateReason.INVALID_WINDOW.value))
             continue
         max_seen = pane.window.end - 1 if max_seen is None else max(max_seen, pane.window.end - 1)

@@ -11,7 +11,8 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_wm.arguments import require_paths
-from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
+from airflow_provider_wm.contracts import WatermarkReached, WindowedManifest, WindowedRequest
+from airflow_provider_wm.core.coalescing import check_watermarks
 from airflow_provider_wm.core.windowing import (
     ROW_COLUMN,
     Accumulation,
@@ -30,7 +31,7 @@ from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, valida
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.state import WindowedState, commit_windowed_state, covered_run, read_windowed_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms
-from airflow_provider_wm.triggers.watermark import check_watermarks, describe_check
+from airflow_provider_wm.triggers.watermark import describe_check
 
 __all__ = [
     "UpstreamPanes",
@@ -250,7 +251,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     :param late_firing_count: fire a LATE pane once a complete window has received this many late events since
         its last firing (and when it is purged with any), instead of every run that brings late data.
     :param fire_only_updated_panes: skip a pane equal to the window's last one (not with DISCARDING).
-    :param arrival_column: the column (or partition column) that says when an event arrived.
+    :param arrival_column: the column (or partition column) that says when an event arrived. A row whose
+        arrival is null, unparseable or not a valid time falls in no run's range: every run quarantines it
+        (``INVALID_ARRIVAL`` in ``late_output``), counts it (``invalid_arrival``) and logs a warning, until it
+        is fixed at the source; it is never aggregated, and never dropped silently.
     :param output: the panes dataset. Templated. ``late_output`` defaults to ``<output>_late``.
     :param store_path: the watermark store (watermarks, requests, manifests). Templated.
     :param logical_time: the run's input cut-off, default ``data_interval_end``. Templated.
@@ -562,7 +566,11 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
                 idle_timeout_ms=policy.idle_timeout_ms,
                 when_all_idle=policy.when_all_idle,  # type: ignore[arg-type]
             )
-            self.log.info("Merged inputs %s: %s", ", ".join(records), describe_check(check.payload()))
+            self.log.info(
+                "Merged inputs %s: %s",
+                ", ".join(records),
+                describe_check(WatermarkReached.of(check, records).to_json()),
+            )
             return check.watermark_ms
         if not isinstance(policy, StoreWatermark):
             return None
@@ -580,6 +588,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             f"{'aggregated':<22}{totals['events_aggregated']:>12}",
             f"{'too late (dropped)':<22}{totals['too_late']:>12}",
             f"{'invalid event time':<22}{totals['invalid_event_time']:>12}",
+            f"{'invalid arrival':<22}{totals['invalid_arrival']:>12}",
             *(f"{'panes ' + timing:<22}{count:>12}" for timing, count in panes.items()),
             f"{'windows open':<22}{totals['windows_open']:>12}",
             f"{'windows purged':<22}{totals['windows_purged']:>12}",
@@ -596,3 +605,20 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             self.log.warning(
                 "Too-late and invalid events of this run: %s (wm_run=%s)", manifest.late_output, manifest.version
             )
+        if totals["invalid_arrival"]:
+            self.log.warning(
+                "%s rows of the events have a null, unparseable or out-of-range %s (arrival_column): no run can "
+                "read them as events, so every run quarantines them as INVALID_ARRIVAL in %s (wm_run=%s) until "
+                "they are fixed at the source",
+                totals["invalid_arrival"],
+                self._arrival_columns(),
+                manifest.late_output,
+                manifest.version,
+            )
+
+    def _arrival_columns(self) -> str:
+        """The arrival column, or each merged input's (``orders.ingested_at``), for messages."""
+        if not self.inputs:
+            return repr(self.arrival_column)
+        named = [f"{i['name']}.{i['arrival_column']}" for i in self.inputs if i.get("arrival_column")]
+        return ", ".join(repr(n) for n in named)

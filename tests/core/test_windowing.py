@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_wm.core.times import MAX_TIME_MS, is_valid_time_ms
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     Aggregate,
@@ -23,6 +25,8 @@ from airflow_provider_wm.core.windowing import (
     UpstreamPane,
     UpstreamPanes,
     next_watermark,
+    pane_window_is_valid,
+    read_by_run,
     run,
     run_on_panes,
 )
@@ -194,6 +198,31 @@ def test_invalid_event_times_are_quarantined_not_aggregated():
     assert result.state.max_event_time_ms == 15
 
 
+OUT_OF_RANGE_TIMES = [-1, MAX_TIME_MS + 1, 10**15, 2**63 - 1]
+"""Times no event can have: before the epoch, after 9999-12-31 (10**15 is the year 33658), a bigint's maximum."""
+
+
+@pytest.mark.parametrize("window", [Tumbling(10, 3), Sliding(12, 4), Session(5), Global()], ids=repr)
+def test_event_times_outside_the_valid_range_are_quarantined_and_the_last_valid_one_is_assigned(window):
+    spec = AggregationSpec(window, SUM_V, keys=("k",), watermark=BoundedOutOfOrderness(0), early_firing=True)
+    bad = [Event(t, ("a",), {"v": 1}) for t in [None, *OUT_OF_RANGE_TIMES]]
+    last = Event(MAX_TIME_MS, ("a",), {"v": 2})
+    result = run(spec, AggregationState(), [*bad, last])
+    assert result.late == [(e, "INVALID_EVENT_TIME") for e in bad]
+    assert result.state.max_event_time_ms == MAX_TIME_MS == result.watermark_ms
+    assert {p.values for p in result.panes} == {(2,)} and all(p.window.contains(MAX_TIME_MS) for p in result.panes)
+
+
+def test_a_run_reads_its_arrival_range_once_and_every_row_without_a_valid_arrival_every_time():
+    cuts = [None, 10, 20, 30]
+    arrivals = [1, 10, 11, 20, 25, 30, 31, None, -1, MAX_TIME_MS + 1, 10**15]
+    readers = {a: [until for since, until in pairwise(cuts) if read_by_run(a, since, until)] for a in arrivals}
+    assert readers == {
+        1: [10], 10: [10], 11: [20], 20: [20], 25: [30], 30: [30], 31: [],  # 31: the next run's
+        None: [10, 20, 30], -1: [10, 20, 30], MAX_TIME_MS + 1: [10, 20, 30], 10**15: [10, 20, 30],
+    }  # fmt: skip
+
+
 def test_global_window_fires_only_early_panes():
     spec = AggregationSpec(Global(), SUM_V, keys=(), watermark=BoundedOutOfOrderness(0), early_firing=True)
     r1 = run(spec, AggregationState(), [Event(5, (), {"v": 1})])
@@ -241,7 +270,9 @@ def test_sql_aggregates_must_refer_to_their_partial_and_are_spark_only():
 # ------------------------------------------------------------------------------------------ properties
 
 WINDOWS = st.sampled_from([Tumbling(10), Tumbling(7, 3), Sliding(12, 4), Sliding(10, 5, 2), Session(5), Global()])
-EVENTS = st.lists(st.tuples(st.integers(0, 80), st.sampled_from(["a", "b", "c"]), st.integers(-3, 9)), max_size=40)
+EVENT_TIMES = st.one_of(st.integers(0, 80), st.integers(0, 80), st.integers(0, 80), st.sampled_from(OUT_OF_RANGE_TIMES))
+"""Mostly valid times, and about one in twelve outside the valid range (quarantined, never assigned)."""
+EVENTS = st.lists(st.tuples(EVENT_TIMES, st.sampled_from(["a", "b", "c"]), st.integers(-3, 9)), max_size=40)
 
 
 @st.composite
@@ -312,8 +343,12 @@ def test_watermark_is_monotone_and_too_late_is_exactly_below_previous_watermark_
     for batch, source in zip(batches, sources, strict=True):
         result = run(spec, state, batch, source)
         horizon = None if state.watermark_ms is None else state.watermark_ms - spec.allowed_lateness_ms
-        expected_late = [e for e in batch if horizon is not None and e.time_ms < horizon]
-        assert [e for e, _ in result.late] == expected_late
+        expected_late = [
+            (e, "INVALID_EVENT_TIME") if not is_valid_time_ms(e.time_ms) else (e, "TOO_LATE")
+            for e in batch
+            if not is_valid_time_ms(e.time_ms) or (horizon is not None and e.time_ms < horizon)
+        ]
+        assert result.late == expected_late
         if state.watermark_ms is not None:
             assert result.watermark_ms >= state.watermark_ms
         state = result.state
@@ -480,6 +515,23 @@ def test_a_rollup_counts_each_upstream_window_once_whatever_its_panes():
     r3 = run_on_panes(spec, r2.state, [UpstreamPane((), w, {"v": 2}, 0, run=1)], 3_600_000)
     assert [p.values for p in r2.panes] == [(5,)]
     assert [(p.timing.value, p.values) for p in r3.panes] == [("LATE", (5,))]
+
+
+def test_pane_rows_whose_window_no_upstream_can_emit_are_quarantined_as_invalid_window():
+    spec = rollup_spec(allowed_lateness_ms=10**7)
+    good = UpstreamPane((), Window(-60_000, 240_000), {"v": 1}, 0, run=1)
+    bad = [
+        UpstreamPane((), Window(2**63 - 300_001, 2**63 - 1), {"v": 2}, 0, run=1),  # after 9999-12-31
+        UpstreamPane((), Window(10**15, 10**15 + 300_000), {"v": 4}, 0, run=1),  # the year 33658
+        UpstreamPane((), Window(-(2**63), 0), {"v": 8}, 0, run=1),  # ends at the epoch: holds no valid time
+        UpstreamPane((), Window(-(2**63), 300_000), {"v": 16}, 0, run=1),  # longer than the upstream's windows
+        UpstreamPane((), Window(300_000, 300_000), {"v": 32}, 0, run=1),  # empty
+    ]
+    result = run_on_panes(spec, AggregationState(), [good, *bad], 3_600_000)
+    assert result.late == [(row, "INVALID_WINDOW") for row in bad]
+    assert [(p.window, p.values) for p in result.panes] == [(Window(-3_600_000, 0), (1,))]
+    assert result.state.max_event_time_ms == 239_999
+    assert pane_window_is_valid(Window(-(2**63), 2**63 - 1), Global())  # the global window's one pane
 
 
 def test_panes_of_a_purged_window_are_too_late_and_bad_windows_quarantined():

@@ -10,6 +10,7 @@ import pytest
 from airflow.models.variable import Variable
 from airflow.sdk import Asset
 
+from airflow_provider_wm.contracts import WindowedManifest
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     BoundedOutOfOrderness,
@@ -224,6 +225,51 @@ def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_e
     assert states == {"revenue": "success"}
     assert xcom(run_old, "revenue")["covered_by"] == third["run_id"]
     assert committed("revenue_a") == third
+
+
+@pytest.mark.slow
+def test_rows_without_an_arrival_are_quarantined_and_counted_by_every_run_never_dropped(airflow_db, tmp_path):
+    write_events(tmp_path / "events", 1, [("eu", 1, 10, 2)])
+    (tmp_path / "events").mkdir(exist_ok=True)
+    no_arrival = pa.table(
+        {
+            "region": ["us"],
+            "event_time": pa.array([T0 + timedelta(minutes=3)], pa.timestamp("ms", tz="UTC")),
+            "amount": [7],
+            "ingested_at": pa.array([None], pa.timestamp("ms", tz="UTC")),
+        }
+    )
+    pq.write_table(no_arrival, tmp_path / "events" / "batch-null.parquet")
+    publish(tmp_path, 15)
+    dag = aggregate_dag(tmp_path, "revenue_c")
+    summaries = []
+    for minutes in (30, 60):
+        run, states = run_dag(dag, T0 + timedelta(minutes=minutes))
+        assert states == {"revenue": "success"}
+        summaries.append(xcom(run, "revenue"))
+    assert [(s["events_read"], s["invalid_arrival"]) for s in summaries] == [(1, 1), (0, 1)]
+    late = pq.read_table(tmp_path / "panes_late").to_pylist()
+    assert sorted((r["wm_run"], r["reason"], r["region"], r["amount"]) for r in late) == [
+        (1, "INVALID_ARRIVAL", "us", 7),
+        (2, "INVALID_ARRIVAL", "us", 7),
+    ]
+    assert panes(tmp_path) == [(1, "eu", 0, "ON_TIME", False, 1, 10)]  # the us row is in no pane
+
+
+def test_a_run_with_rows_without_an_arrival_warns_naming_the_column_and_the_count(capsys):
+    op = WindowedAggregateOperator(**{**REQUIRED, "arrival_column": "ingested_at"})
+    manifest = WindowedManifest.from_json(
+        {
+            "pipeline": "w1", "run_id": "r", "version": 3, "watermark_ms": None, "previous_watermark_ms": None,
+            "max_event_time_ms": None, "arrival_from_ms": None, "arrival_until_ms": T0_MS,
+            "totals": {"events_read": 0, "invalid_arrival": 4}, "output": "/out", "late_output": "/out_late",
+        }
+    )  # fmt: skip
+    op._log_manifest(manifest)  # the task logger (structlog) writes to stdout here
+    warning = next(line for line in capsys.readouterr().out.splitlines() if "INVALID_ARRIVAL" in line)
+    assert "warning" in warning
+    assert "4 rows of the events have a null, unparseable or out-of-range 'ingested_at'" in warning
+    assert "INVALID_ARRIVAL in /out_late (wm_run=3)" in warning
 
 
 @pytest.mark.slow

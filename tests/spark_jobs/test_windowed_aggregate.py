@@ -1,9 +1,11 @@
 """The windowed-aggregate job on real Spark: the worked examples, bad data, retries, and differential tests
 against ``core.windowing`` over random runs for every window kind and accumulation mode, and for rollups of
-every upstream accumulation mode (window propagation)."""
+every upstream accumulation mode (window propagation); the random inputs include event times outside the
+valid range (``core.times``), which no window kind may overflow on."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import zlib
@@ -12,9 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
+from airflow_provider_wm.core.times import MAX_TIME_MS, is_valid_time_ms
 from airflow_provider_wm.core.windowing import (
     ROW_COLUMN,
     Accumulation,
@@ -30,10 +35,11 @@ from airflow_provider_wm.core.windowing import (
     UpstreamPanes,
     input_column,
     merge_inputs,
+    read_by_run,
     run,
     run_on_panes,
 )
-from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling
+from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window
 from spark_jobs.windowed_aggregate import run_request as run_windowed
 
 EVENT_SCHEMA = "k string, t long, v int, arrival long"
@@ -182,6 +188,41 @@ def test_invalid_times_are_quarantined_with_their_columns_and_counted(spark, tmp
     assert manifest["watermark_ms"] == 4 and manifest["max_event_time_ms"] == 4
 
 
+OUT_OF_RANGE_TIMES = [-1, MAX_TIME_MS + 1, 10**15, 2**63 - 1]
+"""Times no event can have: before the epoch, after 9999-12-31 (10**15 is the year 33658), a bigint's maximum."""
+
+
+@pytest.mark.parametrize("window_kind", ["tumbling", "sliding", "session", "global"])
+def test_times_outside_the_valid_range_are_quarantined_without_overflow_in_every_window_kind(
+    spark, tmp_path, window_kind
+):
+    spec = AggregationSpec(
+        WINDOWS[window_kind], SUM_V, keys=("k",), watermark=BoundedOutOfOrderness(0), early_firing=True
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    rows = [("a", t, 1) for t in [None, *OUT_OF_RANGE_TIMES]] + [("a", 40, 2), ("b", MAX_TIME_MS, 4)]
+    manifest = pipeline.run(rows)
+    expected = run(spec, AggregationState(), [Event(t, (k,), {"v": v}) for k, t, v in rows])
+    assert manifest["totals"]["invalid_event_time"] == 5 and manifest["totals"]["events_aggregated"] == 2
+    assert manifest["totals"]["events_read"] == 7
+    assert manifest["max_event_time_ms"] == MAX_TIME_MS == expected.state.max_event_time_ms
+    assert pipeline.panes() == core_rows(spec, [expected])
+    assert pipeline.late() == sorted((("a", t, "INVALID_EVENT_TIME", 1) for t in [None, *OUT_OF_RANGE_TIMES]), key=repr)
+
+
+def test_an_existing_empty_events_folder_is_a_run_with_no_events(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=StoreWatermark("s"))
+    pipeline = Pipeline(spark, tmp_path, spec)
+    (tmp_path / "events").mkdir()
+    manifest = pipeline.run([], source=20)
+    assert manifest["totals"]["events_read"] == 0 and manifest["watermark_ms"] == 20
+    assert manifest["late_output"] is None and manifest["state_path"] is None
+    second = pipeline.run([("a", 25, 3)], source=40)  # data arrives later: read as usual
+    assert second["totals"]["events_aggregated"] == 1 and pipeline.panes() == [
+        (("a",), 20, 30, (3,), "ON_TIME", 0, False, 40)
+    ]
+
+
 def test_string_event_times_are_parsed_and_unparseable_ones_quarantined(spark, tmp_path):
     spec = AggregationSpec(
         Tumbling(60_000), (Aggregate("n", "count"),), keys=("k",), watermark=BoundedOutOfOrderness(0)
@@ -229,6 +270,81 @@ def test_changing_keys_of_an_existing_pipeline_is_refused(spark, tmp_path):
         pipeline.run([("a", 2, 1)], source=0)
 
 
+# ------------------------------------------------------------------------------------ arrival column
+
+UNUSABLE_ARRIVALS: dict[str, list[Any]] = {
+    "long": [None, -1, MAX_TIME_MS + 1, 2**63 - 1],
+    "timestamp": [None, -1, MAX_TIME_MS + 1],  # pushed down to Parquet as timestamp literals
+    "string": [None, -1, "garbage"],  # not pushed down; "garbage" is unparseable
+}
+"""Per type of the arrival column: arrivals (ms, or a raw value) that no run's arrival range can hold."""
+
+
+def write_arrivals(path: Path, rows: list[tuple[str, int, Any]], arrival_type: str) -> None:
+    """``(k, t, arrival)`` rows as one Parquet file, ``arrival`` in ms (ISO-8601 for strings), None or raw."""
+    arrivals: list[Any] = [r[2] for r in rows]
+    if arrival_type == "string":
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        arrivals = [a if a is None or isinstance(a, str) else (epoch + dt.timedelta(milliseconds=a)).isoformat()
+                    for a in arrivals]  # fmt: skip
+    arrival_types = {"long": pa.int64(), "timestamp": pa.timestamp("ms", tz="UTC"), "string": pa.string()}
+    path.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {
+            "k": [r[0] for r in rows],
+            "t": pa.array([r[1] for r in rows], pa.int64()),
+            "v": pa.array([1] * len(rows), pa.int32()),
+            "arrival": pa.array(arrivals, arrival_types[arrival_type]),
+        }
+    )
+    pq.write_table(table, path / "batch.parquet")
+
+
+@pytest.mark.parametrize("arrival_type", list(UNUSABLE_ARRIVALS))
+def test_rows_without_a_usable_arrival_are_quarantined_and_counted_by_every_run_and_never_aggregated(
+    spark, tmp_path, arrival_type
+):
+    spec = AggregationSpec(
+        Tumbling(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"), allowed_lateness_ms=1000
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    unusable = UNUSABLE_ARRIVALS[arrival_type]
+    rows = [("a", 1, 5), ("a", 2, 15), ("b", 3, 25)] + [("x", 4, a) for a in unusable]
+    write_arrivals(tmp_path / "events", rows, arrival_type)
+    state, results = AggregationState(), []
+    for since, until in [(None, 10), (10, 20), (20, 30)]:
+        manifest = pipeline.run([], source=until, arrival=until)
+        read = [r for r in rows if read_by_run(r[2] if isinstance(r[2], int) else None, since, until)]
+        events = [Event(t, (k,), {}) for k, t, arrival in read if is_valid_time_ms(arrival)]
+        result = run(spec, state, events, until)
+        state = result.state
+        results.append(result)
+        assert manifest["totals"]["events_read"] == len(events) == 1, (until, manifest)
+        assert manifest["totals"]["invalid_arrival"] == len(read) - len(events) == len(unusable), (until, manifest)
+        assert manifest["late_output"] == str(tmp_path / "late")
+        assert manifest["max_event_time_ms"] == result.state.max_event_time_ms  # the quarantined t=4 is not seen
+    assert pipeline.panes() == core_rows(spec, results)
+    assert [p[0] for p in pipeline.panes()] == [("a",), ("a",), ("b",)]  # nothing of "x" is aggregated
+    # not the arrival column: Python cannot show a timestamp of the year 10000
+    quarantined = spark.read.parquet(str(tmp_path / "late")).select("k", "reason", "wm_run").collect()
+    assert sorted((r["k"], r["reason"], int(r["wm_run"])) for r in quarantined) == sorted(
+        ("x", "INVALID_ARRIVAL", version) for version in (1, 2, 3) for _ in unusable
+    )
+
+
+def test_merged_inputs_quarantine_rows_without_a_usable_arrival_with_their_prefixed_columns(spark, tmp_path):
+    watermark = MergedWatermark((("a", StoreWatermark("sa")), ("b", StoreWatermark("sb"))), 50, "highest")
+    spec = AggregationSpec(Tumbling(10), MERGED_AGGREGATES, ("k",), watermark)
+    pipeline = Merge(spark, tmp_path, spec)
+    spark.createDataFrame([("x", 4, 1, None)], "k string, t long, v int, arrival long").write.parquet(
+        str(tmp_path / "a")
+    )
+    manifest = pipeline.merge([("y", 5, 2)], [("y", 6, 3)], source=10)
+    assert manifest["totals"]["invalid_arrival"] == 1 and manifest["totals"]["events_aggregated"] == 2
+    assert pipeline.late() == [("x", 4, "INVALID_ARRIVAL")]
+    assert [(p[0], p[3][:3]) for p in pipeline.panes()] == [(("y",), (1, 2, 1))]
+
+
 # ---------------------------------------------------------------------------------------- differential
 
 WINDOWS = {
@@ -246,6 +362,13 @@ AGGREGATES = (
     Aggregate("a", "avg", "v"),
 )
 EXAMPLES = int(os.environ.get("WM_WINDOW_EXAMPLES", "1"))  # random scenarios per window kind and mode
+
+
+def random_time(rnd: random.Random, clock: int) -> int | None:
+    """An event time near ``clock``; one in ten is null or outside the valid range (quarantined, never assigned)."""
+    if rnd.random() < 0.1:
+        return rnd.choice([None, *OUT_OF_RANGE_TIMES])
+    return max(-1, clock - rnd.randint(0, 40))
 
 
 def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation):
@@ -268,7 +391,7 @@ def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation
     for _ in range(rnd.randint(3, 4)):
         clock += rnd.randint(5, 30)
         rows = [
-            (rnd.choice(["a", "b", "c", None]), max(-1, clock - rnd.randint(0, 40)), rnd.choice([None, *range(-3, 9)]))
+            (rnd.choice(["a", "b", "c", None]), random_time(rnd, clock), rnd.choice([None, *range(-3, 9)]))
             for _ in range(rnd.randint(0, 15))
         ]
         runs.append((rows, clock - rnd.randint(0, 15)))
@@ -423,6 +546,42 @@ def test_upstream_panes_without_a_window_are_quarantined_and_counted(spark, tmp_
     ]
 
 
+def test_upstream_panes_with_windows_no_upstream_can_emit_are_quarantined_without_overflow(spark, tmp_path):
+    fine = Tumbling(10, 3)
+    spec = AggregationSpec(
+        Tumbling(20, 3), (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"), allowed_lateness_ms=100,
+        upstream=UpstreamPanes("up", fine, Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    windows = [
+        (-7, 3),  # valid: holds 0..2
+        (2**63 - 11, 2**63 - 1),  # after 9999-12-31: its coarse window would overflow
+        (10**15, 10**15 + 10),  # the year 33658
+        (-(2**63), 0),  # holds no valid time; its end - 1 would overflow
+        (-(2**63) + 1, 3),  # longer than the upstream's windows: its coarse start would overflow
+        (None, 13),
+    ]
+    upstream = Pipeline(spark, tmp_path / "up", spec)
+    schema = "window_start long, window_end long, k string, s long, pane string, pane_index long, retraction boolean"
+    rows = [(start, end, "a", 2**i, "ON_TIME", 0, False) for i, (start, end) in enumerate(windows)]
+    spark.createDataFrame(rows, schema).withColumn("wm_run", F.lit(1)).write.partitionBy("wm_run").parquet(
+        str(upstream.base / "panes")
+    )
+    upstream.version = 1
+    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    manifest = rollup.roll(50)
+    panes = [
+        UpstreamPane(("a",), None if start is None else Window(start, end), {"s": 2**i}, 0, run=1)
+        for i, (start, end) in enumerate(windows)
+    ]
+    expected = run_on_panes(spec, AggregationState(), panes, 50)
+    assert [why for _, why in expected.late] == ["INVALID_WINDOW"] * 5
+    assert manifest["totals"]["invalid_window"] == 5 and manifest["totals"]["events_aggregated"] == 1
+    assert manifest["max_event_time_ms"] == expected.state.max_event_time_ms == 2
+    assert rollup.panes() == core_rows(spec, [expected]) == [(("a",), -17, 3, (1,), "ON_TIME", 0, False, 50)]
+    quarantined = spark.read.parquet(str(rollup.base / "late")).collect()
+    assert sorted(r["s"] for r in quarantined) == [2, 4, 8, 16, 32]
+
+
 # ------------------------------------------------------------------------------------------- merges
 
 
@@ -480,7 +639,7 @@ def test_merged_inputs_panes_equal_core_over_random_runs(spark, tmp_path, window
     for _ in range(3):
         clock += rnd.randint(5, 30)
         a, b = ([
-            (rnd.choice(["x", "y", None]), max(-1, clock - rnd.randint(0, 40)), rnd.choice([None, *range(9)]))
+            (rnd.choice(["x", "y", None]), random_time(rnd, clock), rnd.choice([None, *range(9)]))
             for _ in range(rnd.randint(0, 12))
         ] for _ in "ab")  # fmt: skip
         source = clock - rnd.randint(0, 15)
