@@ -48,6 +48,7 @@ __all__ = [
     "DAY_MS",
     "DEFAULT_UNIT",
     "HOUR_MS",
+    "Completeness",
     "Granularity",
     "Partition",
     "PartitionSpec",
@@ -61,6 +62,7 @@ __all__ = [
     "TimeBound",
     "UnitResult",
     "UnitStatus",
+    "check_completeness",
     "format_day",
     "iso_ms",
     "never_before",
@@ -795,6 +797,43 @@ def work_units_not_done(
             if not _done(state, unit, part):
                 pending.append((part.start, part.end, unit))
     return pending
+
+
+class Completeness(NamedTuple):
+    """What one read of a pipeline's state document says about ``[start_ms, end_ms)``.
+
+    ``work_units`` is how many work units (partition x unit) overlap the range and were checked; ``pending``
+    lists those not done as ``(partition_start, partition_end, unit)``. Without a state document nothing is
+    known: ``work_units`` is None and ``pending`` is empty, and the range is not complete.
+    """
+
+    work_units: int | None
+    pending: list[tuple[int, int, str]]
+
+    @property
+    def complete(self) -> bool:
+        return self.work_units is not None and not self.pending
+
+
+def check_completeness(document: Mapping[str, Any] | None, start_ms: int, end_ms: int) -> Completeness:
+    """What a completeness sensor decides from a pipeline's committed state document (``spec``, ``state``,
+    ``units``): :func:`work_units_not_done` over ``[start_ms, end_ms)`` and how many work units it checked.
+
+    >>> spec = PartitionSpec.build({"from": "1970-01-01", "to": "-"}, "daily")
+    >>> document = {"spec": spec.to_json(), "state": None, "units": ["eu", "us"]}
+    >>> result = check_completeness(document, 0, 2 * DAY_MS)
+    >>> result.work_units, len(result.pending), result.complete
+    (4, 4, False)
+    """
+    if document is None:
+        return Completeness(None, [])
+    spec = PartitionSpec.from_json(document["spec"])
+    state = PartitionState.from_json(document.get("state"))
+    units = [str(u) for u in document.get("units") or []]
+    pending = work_units_not_done(spec, state, units, start_ms, end_ms)
+    starts, ends = spec.bounds(end_ms, open_end_ms=end_ms)  # the partitions work_units_not_done checked
+    partitions = bisect.bisect_left(starts, end_ms) - bisect.bisect_right(ends, start_ms)
+    return Completeness(max(partitions, 0) * max(len(units), 1), pending)
 
 
 def _done(state: PartitionState, unit: str, part: Partition) -> bool:

@@ -9,12 +9,12 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 
 from airflow_provider_wm.arguments import require_paths
-from airflow_provider_wm.core.partitions import format_day
+from airflow_provider_wm.core.partitions import check_completeness, format_day
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
-from airflow_provider_wm.triggers.partitions import FIRST_PENDING, PartitionWatermarkTrigger, check_completeness
+from airflow_provider_wm.triggers.partitions import FIRST_PENDING, PartitionWatermarkTrigger
 
 __all__ = ["PartitionWatermarkSensor"]
 

@@ -4,50 +4,20 @@ every work unit of a time range."""
 from __future__ import annotations
 
 import asyncio
-import bisect
 import datetime as dt
 import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState, work_units_not_done
+from airflow_provider_wm.core.partitions import check_completeness
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 
-__all__ = ["Completeness", "PartitionWatermarkTrigger", "check_completeness", "iso_utc"]
+__all__ = ["PartitionWatermarkTrigger", "iso_utc"]
 
 FIRST_PENDING = 5
 """How many pending work units events and log lines name."""
-
-
-class Completeness(NamedTuple):
-    """What one read of a pipeline's state document says about ``[start_ms, end_ms)``.
-
-    ``work_units`` is how many work units (partition x unit) overlap the range and were checked; ``pending``
-    lists those not done as ``(partition_start, partition_end, unit)``. Without a state document nothing is
-    known: ``work_units`` is None and ``pending`` is empty, and the range is not complete.
-    """
-
-    work_units: int | None
-    pending: list[tuple[int, int, str]]
-
-    @property
-    def complete(self) -> bool:
-        return self.work_units is not None and not self.pending
-
-
-def check_completeness(document: Mapping[str, Any] | None, start_ms: int, end_ms: int) -> Completeness:
-    """Check a committed state document (as :meth:`WatermarkStoreHook.read_pipeline_state` returns it)."""
-    if document is None:
-        return Completeness(None, [])
-    spec = PartitionSpec.from_json(document["spec"])
-    state = PartitionState.from_json(document.get("state"))
-    units = [str(u) for u in document.get("units") or []]
-    pending = work_units_not_done(spec, state, units, start_ms, end_ms)
-    starts, ends = spec.bounds(end_ms, open_end_ms=end_ms)  # the partitions work_units_not_done checked
-    partitions = bisect.bisect_left(starts, end_ms) - bisect.bisect_right(ends, start_ms)
-    return Completeness(max(partitions, 0) * max(len(units), 1), pending)
 
 
 def iso_utc(ms: int) -> str:
