@@ -193,7 +193,7 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
             "wm_key": entry.wm_key,
             "controller": self.controller,
             "status": entry.status,
-            "idle": entry.status == StreamStatus.NO_ACTIVE_WRITERS,
+            "no_active_writers": entry.status == StreamStatus.NO_ACTIVE_WRITERS,
             "active_writers": entry.active_writers,
             "writers_seen": entry.writers_seen,
             "waiting_for": list(entry.waiting_for)[:20],

@@ -161,7 +161,8 @@ def _stream_row(store: WatermarkStoreHook, stream: str, wm_key: str | None, now_
         "controller": status.get("controller") or record.get("controller"),
         "status": status.get("status"),
         "writers": status.get("active_writers"),
-        "idle": status.get("idle"),
+        # "idle" in status files written before the word got one meaning (the sensor's)
+        "no_active_writers": status.get("no_active_writers", status.get("idle")),
         "checked_at_ms": status.get("checked_at_ms"),
         "error": "; ".join(errors) or None,
     }

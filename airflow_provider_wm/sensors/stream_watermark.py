@@ -159,7 +159,11 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "success":
             result = WatermarkReached.from_json(event["watermark"]).to_json()
-            self.log.info("Watermark reached the threshold: %s", describe_check(result, self.when_all_idle))
+            self.log.info(
+                "Streams %s: watermark reached the threshold: %s",
+                ", ".join(result["streams"]),
+                describe_check(result, self.when_all_idle),
+            )
             return result
         if "streams" in event:
             message = (

@@ -28,7 +28,8 @@ def store(tmp_path, monkeypatch):
     hook = WatermarkStoreHook(str(tmp_path / "store"))
     for i in range(1, 6):
         hook.publish({"stream": "orders", "lower_ms": i * 1000, "upper_ms": i * 1000, "computed_at_ms": i * 1000 + 500})
-    hook.write_stream_status("orders", {"stream": "orders", "status": "EMITTED", "active_writers": 3, "idle": False})
+    status = {"stream": "orders", "status": "EMITTED", "active_writers": 3, "no_active_writers": False}
+    hook.write_stream_status("orders", status)
     return hook
 
 
@@ -78,7 +79,8 @@ def test_an_authenticated_user_sees_the_streams_and_the_page(client, store, toke
     auth = {"Authorization": f"Bearer {token}"}
     overview = client.get("/wm/api/overview", headers=auth).json()
     [orders] = overview["streams"]
-    assert (orders["stream"], orders["lower_ms"], orders["writers"], orders["idle"]) == ("orders", 5000, 3, False)
+    seen = (orders["stream"], orders["lower_ms"], orders["writers"], orders["no_active_writers"])
+    assert seen == ("orders", 5000, 3, False)
     assert "<svg" in client.get("/wm/", cookies={"_token": token}).text
 
 
