@@ -63,9 +63,11 @@ from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 from airflow_provider_wm.core.windowing import (
     OUTPUT_COLUMNS,
     ROW_COLUMN,
+    TOO_LATE_REASONS,
     Accumulation,
     Aggregate,
     AggregationSpec,
+    LateData,
     LateReason,
     SqlAggregate,
     Timing,
@@ -87,6 +89,11 @@ JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG)
 """What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")
 """Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
+
+
+def is_open(window_end: Column, horizon: int | None) -> Column:
+    """``core.windowing.is_open``: a window still takes data while it ends after the horizon ``W - L``."""
+    return F.lit(True) if horizon is None else window_end > F.lit(horizon)
 
 
 class Job:
@@ -251,10 +258,33 @@ class Job:
         reason = F.when(F.col(INVALID_ARRIVAL_FLAG), LateReason.INVALID_ARRIVAL.value).when(
             invalid_time(t), LateReason.INVALID_EVENT_TIME.value
         )
-        if self.previous_watermark is not None:
-            horizon = self.previous_watermark - self.spec.allowed_lateness_ms
-            reason = reason.when(t < F.lit(horizon), LateReason.TOO_LATE.value)
+        if self.horizon is not None:
+            late_reason = (
+                LateReason.TOO_LATE if self.spec.late_data is LateData.EVENT_TIME else LateReason.WINDOW_CLOSED
+            )
+            reason = reason.when(self.too_late(t, self.horizon), late_reason.value)
         return events.withColumn("wm_reason", reason)
+
+    @property
+    def horizon(self) -> int | None:
+        """``W_prev - L``: the horizon of rule 2 (``None`` before the first watermark)."""
+        if self.previous_watermark is None:
+            return None
+        return self.previous_watermark - self.spec.allowed_lateness_ms
+
+    def too_late(self, t: Column, horizon: int) -> Column:
+        """``core.windowing.too_late_reason`` for a valid time ``t``. ``EVENT_TIME``: ``t < H``. ``WINDOW_END``:
+        the event's last window (the one that ends latest) has closed, ``end <= H``, so all of them have."""
+        window = self.spec.output_window
+        if self.spec.late_data is LateData.EVENT_TIME:
+            return t < F.lit(horizon)
+        if isinstance(window, Tumbling):
+            last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms)) + F.lit(window.size_ms)
+        elif isinstance(window, Sliding):
+            last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms)) + F.lit(window.size_ms)
+        else:  # the global window never closes; the spec refuses sessions under WINDOW_END
+            return F.lit(False)
+        return ~is_open(last_end, horizon)
 
     def new_partials(self, classified: DataFrame) -> DataFrame:
         """Per ``(keys, window_start, window_end)``: partials, events (``wm_events``: the window's pending count),
@@ -293,6 +323,10 @@ class Job:
             else:  # pragma: no cover - the spec validates the kinds
                 raise ValueError(f"unknown window {window!r}")
             frame = frame.withColumn("wm_start", F.when(accepted, start))
+            if isinstance(window, Sliding) and self.spec.late_data is LateData.WINDOW_END and self.horizon is not None:
+                # core.windowing.is_open: an accepted event counts only in its windows that have not closed
+                # (its last window, wm_k = 0, always is)
+                frame = frame.where(F.col("wm_start").isNull() | is_open(F.col("wm_start") + F.lit(size), self.horizon))
             groups.append("wm_start")
             starts = F.col("wm_start")
             ends = F.lit(GLOBAL_END) if isinstance(window, Global) else F.col("wm_start") + F.lit(size)
@@ -300,10 +334,10 @@ class Job:
             *self.partial_exprs(),
             F.count(F.lit(1)).alias("wm_events"),
             F.count(F.when(first_copy, 1)).alias("wm_rows"),
-            F.count(F.when(reason == LateReason.TOO_LATE.value, 1)).alias("wm_too_late"),
+            F.count(F.when(reason.isin(*TOO_LATE_REASONS), 1)).alias("wm_too_late"),
             F.count(F.when(reason == LateReason.INVALID_EVENT_TIME.value, 1)).alias("wm_invalid"),
             F.count(F.when(reason == LateReason.INVALID_ARRIVAL.value, 1)).alias("wm_invalid_arrival"),
-            F.max(F.when(reason.isNull() | (reason == LateReason.TOO_LATE.value), t)).alias("wm_max_t"),
+            F.max(F.when(reason.isNull() | reason.isin(*TOO_LATE_REASONS), t)).alias("wm_max_t"),
         )
         is_accepted_group = F.col("wm_too_late") + F.col("wm_invalid") + F.col("wm_invalid_arrival") == 0
         return aggregated.select(
@@ -366,8 +400,7 @@ class Job:
         _, target_end = self.target_bounds(fine_start, fine_end)
         reason = F.when(~self.valid_pane_window(fine_start, fine_end), LateReason.INVALID_WINDOW.value)
         if self.previous_watermark is not None:
-            horizon = self.previous_watermark - self.spec.allowed_lateness_ms
-            reason = reason.when(target_end <= F.lit(horizon), LateReason.TOO_LATE.value)
+            reason = reason.when(~is_open(target_end, self.horizon), LateReason.TOO_LATE.value)
         classified = panes.withColumn("wm_reason", reason)
         valid = F.col("wm_reason").isNull() | (F.col("wm_reason") != LateReason.INVALID_WINDOW.value)
         return classified.withColumn("wm_t", F.when(valid, fine_end - 1))
@@ -579,7 +612,7 @@ class Job:
             complete, purged = F.lit(False), F.lit(False)
         else:
             complete = F.lit(watermark) >= end
-            purged = end <= F.lit(watermark - spec.allowed_lateness_ms)
+            purged = ~is_open(end, watermark - spec.allowed_lateness_ms)
         pending = F.col("pending")
         dirty = pending > 0
         early = F.lit(spec.early_firing) if spec.early_firing_count is None else pending >= spec.early_firing_count
@@ -749,7 +782,7 @@ class Job:
         live_path = None
         if live_after is not None:
             horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
-            kept = live_after if horizon is None else live_after.where(F.col("wm_target_end") > F.lit(horizon))
+            kept = live_after if horizon is None else live_after.where(is_open(F.col("wm_target_end"), horizon))
             if request.live_out is None:
                 raise ValueError("a rollup's request needs live_out")
             kept.drop("wm_target_end").write.mode("overwrite").parquet(request.live_out)

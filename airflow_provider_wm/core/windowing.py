@@ -14,8 +14,12 @@ lateness):
 1. **Sanity.** An event whose time is not a valid time (null, negative, or after 9999-12-31:
    :func:`~airflow_provider_wm.core.times.is_valid_time_ms`) is quarantined ``INVALID_EVENT_TIME``; no
    window arithmetic is done on it.
-2. **Too late.** An event with ``t < W_prev - L`` is not aggregated: it goes to the late-data output with
-   reason ``TOO_LATE`` and is counted (Flink's side output for late data).
+2. **Too late** (:func:`too_late_reason`, by the spec's :class:`LateData` policy). ``"event_time"`` (the
+   default, Apex): an event with ``t < W_prev - L`` is not aggregated: it goes to the late-data output with
+   reason ``TOO_LATE`` and is counted (Flink's side output for late data). ``"window_end"`` (Spark Structured
+   Streaming, Flink, Beam): an event is dropped from a window only when that window has closed,
+   ``end <= W_prev - L``; an event all of whose windows have closed goes to the late-data output with reason
+   ``WINDOW_CLOSED``. A sliding event whose older windows have closed still counts in its open ones.
 3. **Watermark.** ``W`` is the stream's watermark from the store (:class:`StoreWatermark`) or the highest
    event time seen so far minus a delay (:class:`BoundedOutOfOrderness`); never lower than ``W_prev``.
    ``W`` means that every event with a time below ``W`` has arrived.
@@ -92,6 +96,7 @@ from airflow_provider_wm.core.windows import (
 )
 
 __all__ = [
+    "TOO_LATE_REASONS",
     "Accumulation",
     "Aggregate",
     "AggregationSpec",
@@ -99,6 +104,7 @@ __all__ = [
     "BoundedOutOfOrderness",
     "Event",
     "FiredPane",
+    "LateData",
     "LateReason",
     "MergedWatermark",
     "Pane",
@@ -110,12 +116,14 @@ __all__ = [
     "UpstreamPanes",
     "WindowState",
     "input_column",
+    "is_open",
     "merge_inputs",
     "next_watermark",
     "pane_window_is_valid",
     "read_by_run",
     "run",
     "run_on_panes",
+    "too_late_reason",
 ]
 
 
@@ -138,6 +146,53 @@ class LateReason(enum.StrEnum):
     INVALID_EVENT_TIME = "INVALID_EVENT_TIME"
     INVALID_WINDOW = "INVALID_WINDOW"
     TOO_LATE = "TOO_LATE"
+    WINDOW_CLOSED = "WINDOW_CLOSED"
+
+
+TOO_LATE_REASONS = (LateReason.TOO_LATE.value, LateReason.WINDOW_CLOSED.value)
+"""The reasons counted as too late (``too_late`` in the totals), one per :class:`LateData` policy."""
+
+
+class LateData(enum.StrEnum):
+    """When an event is too late to be aggregated (rule 2), given the horizon ``H = W_prev - L``.
+
+    - ``EVENT_TIME`` (default; Apex): its own time is below the horizon, ``t < H``.
+    - ``WINDOW_END`` (Spark Structured Streaming, Flink, Beam): its window has closed, ``end <= H``; the event
+      still counts in every window of it that ends after ``H``.
+
+    They differ for an event just below the horizon whose window is still open. Tumbling 10 s windows,
+    ``H = 25 s``: an event at 22 s is ``TOO_LATE`` under ``EVENT_TIME``, but under ``WINDOW_END`` it lands in
+    ``[20 s, 30 s)``, which has not closed; an event at 18 s is late under both (``[10 s, 20 s)`` closed).
+
+    >>> too_late_reason(LateData.EVENT_TIME, 22_000, [Window(20_000, 30_000)], 25_000)
+    <LateReason.TOO_LATE: 'TOO_LATE'>
+    >>> too_late_reason(LateData.WINDOW_END, 22_000, [Window(20_000, 30_000)], 25_000) is None
+    True
+    >>> too_late_reason(LateData.WINDOW_END, 18_000, [Window(10_000, 20_000)], 25_000)
+    <LateReason.WINDOW_CLOSED: 'WINDOW_CLOSED'>
+    """
+
+    EVENT_TIME = "event_time"
+    WINDOW_END = "window_end"
+
+
+def too_late_reason(policy: LateData, t: int, windows: Sequence[Window], horizon: int | None) -> LateReason | None:
+    """Rule 2 for an event at ``t`` whose windows are ``windows``: why it is too late, or ``None``."""
+    if horizon is None:
+        return None
+    if policy is LateData.EVENT_TIME:
+        return LateReason.TOO_LATE if t < horizon else None
+    return None if any(is_open(window, horizon) for window in windows) else LateReason.WINDOW_CLOSED
+
+
+def is_open(window: Window, horizon: int | None) -> bool:
+    """A window still takes data while it ends after the horizon ``W - L``; once it does not, rule 7 purges it,
+    a rollup's pane rows for it are too late, and under ``WINDOW_END`` so are its events.
+
+    >>> is_open(Window(0, 1000), 1000), is_open(Window(0, 1000), 999), is_open(Window(0, 1000), None)
+    (False, True, True)
+    """
+    return horizon is None or window.end > horizon
 
 
 BUILTIN_FUNCTIONS = ("count", "sum", "min", "max", "avg")
@@ -393,8 +448,17 @@ class AggregationSpec:
     early_firing_count: int | None = None
     late_firing_count: int | None = None
     upstream: UpstreamPanes | None = None
+    late_data: LateData = LateData.EVENT_TIME
 
     def __post_init__(self) -> None:
+        if self.late_data not in tuple(LateData):
+            raise ValueError(f"late_data={self.late_data!r} must be one of {[p.value for p in LateData]}")
+        object.__setattr__(self, "late_data", LateData(self.late_data))
+        if self.late_data is LateData.WINDOW_END and isinstance(self.window, Session):
+            raise ValueError(
+                f"late_data='window_end' with window={self.window!r}: lateness by the merged session's end is "
+                "not supported yet; use late_data='event_time' for sessions"
+            )
         if self.upstream is not None:
             self._check_rollup(self.upstream)
         elif not isinstance(self.window, WindowFn):
@@ -515,6 +579,8 @@ class AggregationSpec:
             "early_firing_count": self.early_firing_count,
             "late_firing_count": self.late_firing_count,
             **({"upstream": self.upstream.to_json()} if self.upstream else {}),
+            # only when not the default, so the JSON of every existing pipeline's spec stays the same
+            **({"late_data": self.late_data.value} if self.late_data is not LateData.EVENT_TIME else {}),
         }
 
     @classmethod
@@ -546,6 +612,7 @@ class AggregationSpec:
             early_firing_count=data.get("early_firing_count"),
             late_firing_count=data.get("late_firing_count"),
             upstream=UpstreamPanes.from_json(data["upstream"]) if data.get("upstream") else None,
+            late_data=LateData(data.get("late_data", LateData.EVENT_TIME.value)),
         )
 
     def builtin_aggregates(self) -> tuple[Aggregate, ...]:
@@ -716,13 +783,14 @@ def run(
             continue
         assert isinstance(t, int)
         max_seen = t if max_seen is None else max(max_seen, t)
-        if horizon is not None and t < horizon:
-            late.append((event, LateReason.TOO_LATE.value))
+        reason = too_late_reason(spec.late_data, t, spec.output_window.assign(t), horizon)
+        if reason is not None:
+            late.append((event, reason.value))
         else:
             accepted.append(event)
     watermark = next_watermark(spec.watermark, state.watermark_ms, max_seen, source_watermark_ms)
 
-    windows = _assign(spec, aggregates, state.windows, accepted)
+    windows = _assign(spec, aggregates, state.windows, accepted, horizon)
     panes, kept = _fire_all(spec, aggregates, windows, watermark)
     return RunResult(panes, late, AggregationState(watermark, max_seen, tuple(kept)), watermark)
 
@@ -762,7 +830,7 @@ def run_on_panes(
             continue
         max_seen = pane.window.end - 1 if max_seen is None else max(max_seen, pane.window.end - 1)
         target = spec.target_window(pane.window)
-        if horizon is not None and target.end <= horizon:
+        if not is_open(target, horizon):
             late.append((pane, LateReason.TOO_LATE.value))
             continue
         identity = _identity(spec, pane)
@@ -811,7 +879,7 @@ def _fire_all(
     kept: list[WindowState] = []
     for ws in sorted(windows, key=lambda w: (w.window, repr(w.key))):
         complete = watermark is not None and watermark >= ws.window.end
-        purged = watermark is not None and ws.window.end <= watermark - spec.allowed_lateness_ms
+        purged = watermark is not None and not is_open(ws.window, watermark - spec.allowed_lateness_ms)
         fired, ws = _fire(spec, aggregates, ws, complete, purged, watermark)
         panes.extend(fired)
         if not purged:
@@ -831,16 +899,22 @@ def _merge(aggregates: Sequence[Aggregate], a: tuple[Any, ...], b: tuple[Any, ..
 
 
 def _assign(
-    spec: AggregationSpec, aggregates: Sequence[Aggregate], stored: Sequence[WindowState], events: Sequence[Event]
+    spec: AggregationSpec,
+    aggregates: Sequence[Aggregate],
+    stored: Sequence[WindowState],
+    events: Sequence[Event],
+    horizon: int | None = None,
 ) -> list[WindowState]:
-    """Rule 4: the windows after adding the run's events."""
+    """Rule 4: the windows after adding the run's events, each only to its windows that are still open
+    (:func:`is_open`; under ``EVENT_TIME`` every window of an accepted event is)."""
     window_fn = spec.output_window
     if not window_fn.merging:
         by_window: dict[tuple[Any, Window], WindowState] = {(w.key, w.window): w for w in stored}
         new: dict[tuple[Any, Window], list[Event]] = defaultdict(list)
         for event in events:
             for window in window_fn.assign(event.time_ms):  # type: ignore[arg-type]
-                new[(event.key, window)].append(event)
+                if is_open(window, horizon):
+                    new[(event.key, window)].append(event)
         for (key, window), window_events in new.items():
             partial = _partial_of(aggregates, window_events)
             old = by_window.get((key, window))

@@ -19,6 +19,7 @@ from airflow_provider_wm.core.windowing import (
     Aggregate,
     AggregationSpec,
     BoundedOutOfOrderness,
+    LateData,
     MergedWatermark,
     SqlAggregate,
     StoreWatermark,
@@ -242,6 +243,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     :param watermark: ``{"stream": name[, "wm_key": key]}`` or ``{"max_delay": duration}``; a rollup's
         defaults to the upstream's output stream.
     :param allowed_lateness: how long after the watermark passed a window late data still updates it.
+    :param late_data: when an event is too late, for the horizon ``H = previous watermark - allowed_lateness``:
+        ``"event_time"`` (default, Apex) when its time is below ``H`` (reason ``TOO_LATE``); ``"window_end"``
+        (Spark Structured Streaming, Flink, Beam) only when its window has closed, ``end <= H`` (reason
+        ``WINDOW_CLOSED``). Not with session windows yet.
     :param accumulation: ACCUMULATING (default), DISCARDING or ACCUMULATING_AND_RETRACTING.
     :param early_firing: fire EARLY panes for incomplete windows that received data in the run.
     :param late_firing: fire a LATE pane every run a complete window receives data (default); when off,
@@ -292,6 +297,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         early_firing_count: int | None = None,
         late_firing_count: int | None = None,
         fire_only_updated_panes: bool = False,
+        late_data: str | LateData = LateData.EVENT_TIME,
         arrival_column: str | None = None,
         events_format: str = "parquet",
         late_output: str | None = None,
@@ -341,6 +347,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             late_firing_count=late_firing_count,
             fire_only_updated_panes=bool(fire_only_updated_panes),
             upstream=upstream_panes,
+            late_data=late_data,  # type: ignore[arg-type]
         )
         for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):
             if column is not None and (not isinstance(column, str) or not re.match(r"^[A-Za-z_]\w*$", column)):

@@ -19,6 +19,8 @@ from airflow_provider_wm.core.windowing import (
     AggregationState,
     BoundedOutOfOrderness,
     Event,
+    LateData,
+    LateReason,
     SqlAggregate,
     StoreWatermark,
     Timing,
@@ -572,3 +574,64 @@ def test_a_rollup_of_any_upstream_equals_the_batch_over_the_upstreams_accepted_e
                 last[(pane.key, pane.window)] = pane.values
     expected = batch_windows(replace(upstream, window=coarse), accepted_events(results, batches))
     assert last == expected
+
+
+# ------------------------------------------------------------------------------------ late_data policy
+
+
+def test_late_data_is_checked_at_construction_and_carried_in_the_specs_json_only_when_not_the_default():
+    base = AggregationSpec(Tumbling(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"))
+    assert base.late_data is LateData.EVENT_TIME and "late_data" not in base.to_json()
+    by_end = replace(base, late_data="window_end")
+    assert by_end.late_data is LateData.WINDOW_END and by_end.to_json()["late_data"] == "window_end"
+    assert AggregationSpec.from_json(by_end.to_json()) == by_end
+    with pytest.raises(ValueError, match=r"late_data='window-end' must be one of \['event_time', 'window_end'\]"):
+        replace(base, late_data="window-end")
+    with pytest.raises(ValueError, match="late_data='window_end' with window=Session"):
+        AggregationSpec(Session(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"), late_data="window_end")
+
+
+def test_under_window_end_an_event_below_the_horizon_still_counts_in_its_open_window():
+    spec = AggregationSpec(
+        Tumbling(10_000), (Aggregate("n", "count"),), (), BoundedOutOfOrderness(0), late_data=LateData.WINDOW_END
+    )
+    first = run(spec, AggregationState(), [Event(25_000, (), {})])  # watermark 25 s: [20 s, 30 s) still open
+    second = run(spec, first.state, [Event(22_000, (), {}), Event(18_000, (), {}), Event(31_000, (), {})])
+    assert [(e.time_ms, reason) for e, reason in second.late] == [(18_000, "WINDOW_CLOSED")]
+    assert [(p.window, p.values) for p in second.panes] == [(Window(20_000, 30_000), (2,))]
+    by_time = run(replace(spec, late_data=LateData.EVENT_TIME), first.state, [Event(22_000, (), {})])
+    assert [(e.time_ms, reason) for e, reason in by_time.late] == [(22_000, "TOO_LATE")]
+
+
+def test_a_sliding_event_counts_only_in_its_windows_that_have_not_closed():
+    spec = AggregationSpec(
+        Sliding(10_000, 5_000), (Aggregate("n", "count"),), (), BoundedOutOfOrderness(0), late_data="window_end"
+    )
+    first = run(spec, AggregationState(), [Event(17_000, (), {})])  # watermark 17 s
+    # 12 s falls in [5 s, 15 s), closed at 17 s, and in [10 s, 20 s), still open: it counts in the open one only
+    second = run(spec, first.state, [Event(12_000, (), {}), Event(30_000, (), {})])
+    assert second.late == []
+    assert sorted((p.window, p.values) for p in second.panes) == [
+        (Window(10_000, 20_000), (2,)),
+        (Window(15_000, 25_000), (1,)),
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios())
+def test_window_end_drops_a_subset_of_what_event_time_drops_and_only_events_whose_windows_all_closed(scenario):
+    spec, batches, sources = scenario
+    if isinstance(spec.window, Session):
+        return
+    by_end = replace(spec, late_data=LateData.WINDOW_END)
+    state_time, state_end = AggregationState(), AggregationState()
+    for batch, source in zip(batches, sources, strict=True):
+        horizon = None if state_end.watermark_ms is None else state_end.watermark_ms - spec.allowed_lateness_ms
+        r_time, r_end = run(spec, state_time, batch, source), run(by_end, state_end, batch, source)
+        assert r_time.watermark_ms == r_end.watermark_ms  # lateness never changes the watermark
+        late_time = {id(e) for e, reason in r_time.late if reason == LateReason.TOO_LATE}
+        closed = [e for e, reason in r_end.late if reason == LateReason.WINDOW_CLOSED]
+        assert {id(e) for e in closed} <= late_time
+        for event in closed:
+            assert horizon is not None and all(w.end <= horizon for w in spec.window.assign(event.time_ms))
+        state_time, state_end = r_time.state, r_end.state

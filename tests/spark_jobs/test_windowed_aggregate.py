@@ -28,6 +28,7 @@ from airflow_provider_wm.core.windowing import (
     AggregationState,
     BoundedOutOfOrderness,
     Event,
+    LateData,
     MergedWatermark,
     SqlAggregate,
     StoreWatermark,
@@ -386,6 +387,7 @@ def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation
         fire_only_updated_panes=accumulation is not Accumulation.DISCARDING and rnd.random() < 0.3,
         early_firing_count=early_count,
         late_firing_count=rnd.choice([None, 2]) if late_firing else None,
+        late_data=LateData.EVENT_TIME if window_kind == "session" else rnd.choice(list(LateData)),
     )
     runs, clock = [], 0
     for _ in range(rnd.randint(3, 4)):
