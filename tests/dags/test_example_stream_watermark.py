@@ -66,7 +66,7 @@ def test_two_consecutive_runs_continue_from_the_first_runs_cutoff(airflow_db, tm
     assert asset_state("example_controller_watermarks", "controller_cutoff") == second
     # what the Watermarks page shows beside each watermark: the round's verdict on the stream
     status = store.read_stream_status("orders")
-    assert status is not None and status["run_id"] == run2.run_id and status["idle"] is False
+    assert status is not None and status["run_id"] == run2.run_id and status["no_active_writers"] is False
     assert status["active_writers"] == summary["streams"]["orders"]["active_writers"] > 0
 
 

@@ -213,11 +213,11 @@ def test_streams_pipelines_and_stream_status_are_listed_and_read_back(tmp_path):
     store = WatermarkStoreHook(str(tmp_path))
     assert store.list_streams() == [] and store.list_pipelines() == []
     store.publish(record(10, stream="payments"))
-    store.write_stream_status("orders", {"stream": "orders", "idle": True})
+    store.write_stream_status("orders", {"stream": "orders", "no_active_writers": True})
     store.write_pipeline_state("daily", {"version": 1})
     assert store.list_streams() == ["orders", "payments"]
     assert store.list_pipelines() == ["daily"]
-    assert store.read_stream_status("orders") == {"stream": "orders", "idle": True}
+    assert store.read_stream_status("orders") == {"stream": "orders", "no_active_writers": True}
     assert store.read_stream_status("payments") is None
     with pytest.raises(ValueError, match="stream"):
         store.read_stream_status("../pipelines")
