@@ -313,7 +313,8 @@ def served(app):
 @pytest.fixture
 def browser():
     if CHROMIUM is None:
-        pytest.skip("the page test needs Debian's chromium (make browser)")
+        # never a silent skip: `make test` (the README's test command) installs the browser first
+        pytest.fail("the page test needs Debian's chromium: run `make browser` (make test does)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
