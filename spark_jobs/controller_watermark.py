@@ -17,7 +17,14 @@ Plan, chosen so that the marks are scanned once in the common case:
    suspects' marks, decides each mark exactly, writes the bad ones to the quarantine with their reason,
    and re-aggregates the suspects' accepted marks.
 4. Writer states, participation, emission and the stream cut (upper bound by a self-join on overlapping
-   key ranges, completion by a join with the newest epoch's segments) run on the small frames.
+   key ranges) run on the small frames: the writers' state is written and read back, and one query gives
+   every watermark's verdict and upper bound, completed on the driver by ``core.segments.complete_cut``.
+
+Spark actions are the fixed cost of a small round (a few hundred milliseconds each, most of a round over
+Spark Connect), so each one is accounted for: a round with no sequenced and no bad mark runs seven (the
+segments, one count over the report-time and progress columns, the scan, the round's checks, the writers'
+state, the verdicts, the streams' state); the exact path, gap-free progress and a previous progress state
+add their own.
 
 Outputs: the next controller state (``writers/``, ``streams/`` Parquet), the quarantine of bad and
 rejected marks with a ``reason``, and ``manifest.json`` written atomically last.
@@ -190,7 +197,8 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, 
     (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
     is left out and counted.
     """
-    rows = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).distinct().collect()  # small: a stream has few segments
+    # small: a stream has few segments; duplicates are dropped here, not by a shuffle
+    rows = list(dict.fromkeys(read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).collect()))
     by_stream: dict[str, dict[int, Segment]] = {}
     invalid = 0
     conflicting: set[tuple[str, int]] = set()
@@ -258,19 +266,25 @@ def invalid_key() -> Column:
     return (F.col("wm_key") != "") & ~F.col("wm_key").rlike(STREAM_NAME_REGEX)
 
 
-def count_late_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int]:
-    """(late marks, marks reported up to now): see ``core.controller.late_marks``.
-
-    One pass over the ``reported_at_ms`` column only, so the main scan can still skip old row groups.
-    """
+def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int, bool]:
+    """(late marks, marks reported up to now, whether the round has a sequenced mark) in one pass over the
+    report-time and progress columns only, so the main scan can still skip old row groups. Late marks: see
+    ``core.controller.late_marks``."""
     reported = F.col("reported_at_ms")
     past = F.lit(False) if request.processed_until_ms is None else reported <= F.lit(request.processed_until_ms)
     row = marks.agg(
-        F.count(F.when(past, 1)).alias("past"), F.count(F.when(reported <= F.lit(request.now_ms), 1)).alias("total")
+        F.count(F.when(past, 1)).alias("past"),
+        F.count(F.when(reported <= F.lit(request.now_ms), 1)).alias("total"),
+        F.count(F.when(sequenced_in_round(request), 1)).alias("sequenced"),
     ).first()
     assert row is not None
     late = 0 if request.processed_until_ms is None else max(0, int(row["past"]) - request.processed_marks)
-    return late, int(row["total"])
+    return late, int(row["total"]), int(row["sequenced"]) > 0
+
+
+def sequenced_in_round(request: ControllerRequest) -> Column:
+    """A sequenced mark of this round: it goes to gap-free progress, not to the plain marks' scan."""
+    return F.coalesce(is_sequenced() & in_round_condition(request.now_ms, request.processed_until_ms), F.lit(False))
 
 
 def in_round_condition(now_ms: int, processed_until_ms: int | None) -> Column:
@@ -781,26 +795,6 @@ def upper_bound(entries: DataFrame, segments: DataFrame) -> DataFrame:
     return ranged.join(F.broadcast(superseded.select(*bound_keys)), bound_keys, "left_anti")
 
 
-def complete_cuts(bound: DataFrame, emitted: DataFrame, segments: dict[str, dict[int, Segment]]) -> DataFrame:
-    """``(stream, wm_key, cut, cut_complete)``: each emitting watermark's upper bound with its uncovered key ranges
-    filled by the newest epoch's segments at offset 0.
-
-    The bound has at most one row per segment of an emitting stream, so it is collected (small: streams x
-    segments) and completed on the driver by the reference rule itself, ``core.segments.complete_cut``: a
-    fixpoint over a handful of rows per stream, where each distributed iteration would cost several jobs.
-    """
-    bounds = bound.groupBy(*STREAM_KEYS).agg(
-        F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut")
-    )
-    completed = []
-    for row in emitted.join(F.broadcast(bounds), STREAM_KEYS, "left").collect():  # one small cut per emitting stream
-        cut, complete = complete_cut(dict(row["cut"] or {}), segments.get(row["stream"], {}))
-        completed.append((row["stream"], row["wm_key"], cut, complete))
-    return bound.sparkSession.createDataFrame(
-        completed, "stream string, wm_key string, cut map<bigint,bigint>, cut_complete boolean"
-    )
-
-
 # ------------------------------------------------------------------------------------------ the round
 
 
@@ -811,6 +805,31 @@ class _Accepted:
     groups: DataFrame  # accepted marks' aggregates per (stream, writer, tag, segment)
     seen: DataFrame  # (stream, writer_id) of every writer with a sane mark
     reason_counts: list[Any]  # rows (stream, wm_key, reason, count) of quarantined and rejected marks
+    deferred_marks: int  # marks reported after the round, left for a later one
+
+
+def round_checks(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
+    """Everything the fast path must know about the round's aggregates, as one small frame (one Spark job):
+    ``check`` is ``suspect`` (a writer for the exact path), ``bad_name`` (a stream or key failing the
+    pattern, checked once per name instead of once per mark), ``row_local`` (some mark has a cheap
+    row-local reason) or ``deferred`` (``marks``: how many wait for a later round)."""
+
+    def shaped(frame: DataFrame, check: str, *present: str) -> DataFrame:
+        nulls = {"stream": StringType(), "wm_key": StringType(), "writer_id": StringType(), "marks": LongType()}
+        return frame.select(
+            F.lit(check).alias("check"),
+            *[F.col(c) if c in present else F.lit(None).cast(kind).alias(c) for c, kind in nulls.items()],
+        )
+
+    bad_names = groups.select(*STREAM_KEYS).distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key())
+    row_local = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).select(*STREAM_KEYS).limit(1)
+    deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks").alias("marks"))
+    return (
+        shaped(find_suspects(groups, writers0, segments), "suspect", *KEYS)
+        .unionByName(shaped(bad_names, "bad_name", *STREAM_KEYS))
+        .unionByName(shaped(row_local, "row_local", *STREAM_KEYS))
+        .unionByName(shaped(deferred.select(F.col("marks").cast(LongType()).alias("marks")), "deferred", "marks"))
+    )
 
 
 def accept_marks(
@@ -820,27 +839,35 @@ def accept_marks(
     writers0: DataFrame,
     segments: DataFrame,
     quarantine_path: str,
-    progress: _Progress,
+    progress: _Progress | None,
 ) -> _Accepted:
     """Fast path for writers whose sane marks are all accepted; exact path (second scan) for the rest.
 
-    The quarantine also receives the sequenced marks that gap-free progress found bad (one write)."""
-    suspect_keys = find_suspects(groups, writers0, segments).collect()  # small: suspect writers, at most one row each
-    # a name is checked once instead of once per mark
-    bad_name_rows = (
-        groups.select(*STREAM_KEYS).distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key())
-    ).collect()  # small: distinct names failing the pattern
-    has_bad_names = bool(bad_name_rows)
-    row_local_bad = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).limit(1).count()
+    The quarantine also receives the sequenced marks that gap-free progress found bad (one write); with no
+    sequenced mark in the round (``progress`` None) there are none."""
+    checks = round_checks(groups, writers0, segments).collect()  # small: suspect writers, bad names, 2 flags
+    suspect_keys = [(r["stream"], r["wm_key"], r["writer_id"]) for r in checks if r["check"] == "suspect"]
+    bad_name_rows = [(r["stream"], r["wm_key"]) for r in checks if r["check"] == "bad_name"]
+    row_local_bad = any(r["check"] == "row_local" for r in checks)
+    deferred = sum(int(r["marks"] or 0) for r in checks if r["check"] == "deferred")
     accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
-    progress_bad = progress.bad.localCheckpoint()
-    progress_counts = progress_bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # per watermark, reason: small
-    if not (suspect_keys or row_local_bad or has_bad_names):
-        if progress_counts:
-            progress_bad.select(
-                *MARKS_SCHEMA.fieldNames(), "reason", F.lit("quarantined").alias("category")
-            ).write.mode("overwrite").parquet(quarantine_path)
-        return _Accepted(accepted, accepted.select(*KEYS).union(progress.seen), progress_counts)
+    quarantine_columns: list[Column | str] = [
+        *MARKS_SCHEMA.fieldNames(),
+        "reason",
+        F.lit("quarantined").alias("category"),
+    ]
+    progress_bad = None if progress is None else progress.bad.localCheckpoint()
+    progress_counts = (
+        [] if progress_bad is None else progress_bad.groupBy(*STREAM_KEYS, "reason").count().collect()
+    )  # per watermark and reason: small
+    progress_seen = [] if progress is None else [progress.seen]
+    if not (suspect_keys or row_local_bad or bad_name_rows):
+        if progress_bad is not None and progress_counts:
+            progress_bad.select(*quarantine_columns).write.mode("overwrite").parquet(quarantine_path)
+        seen = accepted.select(*KEYS)
+        for frame in progress_seen:
+            seen = seen.union(frame)
+        return _Accepted(accepted, seen, progress_counts, deferred)
 
     suspects = spark.createDataFrame(suspect_keys, "stream string, wm_key string, writer_id string")
     bad_names = spark.createDataFrame(bad_name_rows, "stream string, wm_key string")
@@ -854,9 +881,10 @@ def accept_marks(
     rejected = [r.value for r in Rejection]
     category = F.when(F.col("reason").isin(*rejected), "rejected").otherwise("quarantined")
     marks_columns = [nullable_key() if c == "wm_key" else c for c in MARKS_SCHEMA.fieldNames()]
-    bad.select(*marks_columns, "reason", category.alias("category")).unionByName(
-        progress_bad.select(*MARKS_SCHEMA.fieldNames(), "reason", F.lit("quarantined").alias("category"))
-    ).write.mode("overwrite").parquet(quarantine_path)
+    quarantine = bad.select(*marks_columns, "reason", category.alias("category"))
+    if progress_bad is not None:
+        quarantine = quarantine.unionByName(progress_bad.select(*quarantine_columns))
+    quarantine.write.mode("overwrite").parquet(quarantine_path)
     accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
     groups_final = (
         accepted.join(F.broadcast(bad_names), STREAM_KEYS, "left_anti")
@@ -864,9 +892,11 @@ def accept_marks(
         .unionByName(aggregate_marks(accepted_exact))
     )
     sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
-    seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS)).union(progress.seen)
+    seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS))
+    for frame in progress_seen:
+        seen = seen.union(frame)
     reason_counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # one row per watermark and reason
-    return _Accepted(groups_final, seen, [*reason_counts, *progress_counts])
+    return _Accepted(groups_final, seen, [*reason_counts, *progress_counts], deferred)
 
 
 def next_writer_states(accepted: DataFrame, writers0: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -997,58 +1027,89 @@ def stream_decisions(
     )
 
 
+def read_state(spark: SparkSession, state_in: str | None, name: str, schema: StructType) -> DataFrame | None:
+    """A part of the previous state, or ``None`` when it has none (first round, or a part never written);
+    states written before keyed watermarks have no ``wm_key`` column: read as the unkeyed watermark."""
+    if not state_in:
+        return None
+    path = f"{state_in.rstrip('/')}/{name}"
+    frame = read_dataset(spark, path)
+    return None if frame is None else with_key(conform(frame, schema, path))
+
+
+def stream_bounds(active: DataFrame, streams0: DataFrame, segments: DataFrame) -> DataFrame:
+    """``(stream, wm_key, cut)``: every watermark's upper bound over its active writers' positions and its
+    previous cut (``core.segments``' stream cut before completion); used where the watermark is emitted."""
+    entries = active.select(*STREAM_KEYS, F.explode("position").alias("segment_id", "offset")).unionByName(
+        streams0.select(*STREAM_KEYS, F.explode("wm_cut").alias("segment_id", "offset"))
+    )
+    return (
+        upper_bound(entries, segments)
+        .groupBy(*STREAM_KEYS)
+        .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut"))
+    )
+
+
+def complete_cuts(rows: Sequence[Any], segments: dict[str, dict[int, Segment]]) -> list[dict[str, Any]]:
+    """The rows as dicts, each emitting watermark's cut completed on the driver by the reference rule itself,
+    ``core.segments.complete_cut`` (uncovered key ranges filled by the newest epoch's segments at offset 0):
+    a fixpoint over a handful of segments per stream, where each distributed iteration would cost jobs."""
+    completed = []
+    for row in rows:
+        entry = row.asDict()
+        if entry["status"] == StreamStatus.EMITTED.value:
+            entry["wm_cut"], entry["cut_complete"] = complete_cut(
+                dict(entry["wm_cut"] or {}), segments.get(entry["stream"], {})
+            )
+        completed.append(entry)
+    return completed
+
+
 def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
-    """Compute one round, write the state and the quarantine, and return the manifest (not yet written)."""
+    """Compute one round, write the state and the quarantine, and return the manifest (not yet written).
+
+    Spark jobs of a round with no sequenced and no bad mark (the common case): the segments, the counts of
+    late and sequenced marks, the one scan of the marks, the round's checks, the writers' state, the
+    per-watermark verdicts, the streams' state; each extra is named where it is spent."""
     started = time.time()
     size_shuffles(spark)
     segments, segments_by_stream, invalid_segments = read_segments(spark, request.segments_path)
-    # states written before keyed watermarks have no wm_key column: read as the unkeyed watermark
-    writers0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "writers"), WRITERS_STATE_SCHEMA))
-    streams0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "streams"), STREAMS_STATE_SCHEMA))
-    origins0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "origins"), ORIGINS_STATE_SCHEMA))
-    pending0 = with_key(read_parquet_or_empty(spark, _join(request.state_in, "pending"), PENDING_STATE_SCHEMA))
+    writers0 = read_state(spark, request.state_in, "writers", WRITERS_STATE_SCHEMA)
+    streams0 = read_state(spark, request.state_in, "streams", STREAMS_STATE_SCHEMA)
+    origins0 = read_state(spark, request.state_in, "origins", ORIGINS_STATE_SCHEMA)
+    pending0 = read_state(spark, request.state_in, "pending", PENDING_STATE_SCHEMA)
+    writers0 = writers0 if writers0 is not None else with_key(empty_frame(spark, WRITERS_STATE_SCHEMA))
+    streams0 = streams0 if streams0 is not None else with_key(empty_frame(spark, STREAMS_STATE_SCHEMA))
 
     marks = read_marks(spark, request.marks_path)
-    late, processed_marks = count_late_marks(marks, request)
-    sequenced_now = F.coalesce(
-        is_sequenced() & in_round_condition(request.now_ms, request.processed_until_ms), F.lit(False)
-    )
-    sequenced = marks.where(sequenced_now)
-    if sequenced.limit(1).count():  # reads only the progress columns: cheap when there are none
-        progress = advance_origins(sequenced, origins0, pending0, segments)
-    else:
-        progress = _Progress(
-            released=empty_frame(spark, MARKS_SCHEMA),
-            bad=empty_frame(spark, StructType([*MARKS_SCHEMA.fields, StructField("reason", StringType())])),
-            seen=empty_frame(spark, StructType([MARKS_SCHEMA[c] for c in KEYS])),
-            origins=origins0,
-            pending=pending0,
+    late, processed_marks, has_sequenced = count_marks(marks, request)
+    progress = None
+    if has_sequenced:  # gap-free progress: jobs of its own, only for rounds with sequenced marks
+        progress = advance_origins(
+            marks.where(sequenced_in_round(request)),
+            origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
+            pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
+            segments,
         )
-    tagged = tag_marks(marks.where(~sequenced_now), request.now_ms, request.processed_until_ms).unionByName(
-        progress.released.withColumn("tag", F.lit(VALUE))
-    )
+    tagged = tag_marks(marks.where(~sequenced_in_round(request)), request.now_ms, request.processed_until_ms)
+    if progress is not None:
+        tagged = tagged.unionByName(progress.released.withColumn("tag", F.lit(VALUE)))
     groups = aggregate_marks(tagged).localCheckpoint()  # the one scan of the marks in the common case
-    deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks")).first()
     accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{request.round_out}/quarantine", progress)
     writers, per_writer = next_writer_states(accepted.groups, writers0)
-    active = active_writers(writers, streams0, request.now_ms, request.writer_timeout_ms).localCheckpoint()
+    writers_out = f"{request.state_out}/writers"
+    active_writers(writers, streams0, request.now_ms, request.writer_timeout_ms).select(
+        *WRITERS_STATE_SCHEMA.fieldNames()
+    ).write.mode("overwrite").parquet(writers_out)
+    # read back instead of a checkpoint: a writer participates exactly when it is not lagging
+    active = spark.read.schema(WRITERS_STATE_SCHEMA).parquet(writers_out)
+    active = active.withColumn("participating", F.col("lagging_since_ms").isNull())
     decisions = stream_decisions(
         spark, streams0, active, per_writer, accepted, request.now_ms, request.initial_delay_ms
-    ).localCheckpoint()
-
-    emitted = decisions.where(F.col("status") == StreamStatus.EMITTED.value).select(*STREAM_KEYS)
-    entries = (
-        active.join(F.broadcast(emitted), STREAM_KEYS, "left_semi")
-        .select(*STREAM_KEYS, F.explode("position").alias("segment_id", "offset"))
-        .unionByName(
-            streams0.join(F.broadcast(emitted), STREAM_KEYS, "left_semi").select(
-                *STREAM_KEYS, F.explode("wm_cut").alias("segment_id", "offset")
-            )
-        )
     )
-    cuts = complete_cuts(upper_bound(entries, segments), emitted, segments_by_stream)
+
     is_emitted = F.col("status") == StreamStatus.EMITTED.value
-    result = decisions.join(F.broadcast(cuts), STREAM_KEYS, "left").select(
+    result = decisions.join(F.broadcast(stream_bounds(active, streams0, segments)), STREAM_KEYS, "left").select(
         *STREAM_KEYS,
         "status",
         "first_mark",
@@ -1060,30 +1121,35 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
         F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
         F.when(is_emitted, F.coalesce("cut", F.create_map().cast(POSITION))).otherwise(F.col("wm_cut")).alias("wm_cut"),
         F.when(is_emitted, F.lit(request.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
-        F.when(is_emitted, F.col("cut_complete")).otherwise(True).alias("cut_complete"),
+        F.lit(True).alias("cut_complete"),
     )
-
-    active.select(*WRITERS_STATE_SCHEMA.fieldNames()).write.mode("overwrite").parquet(f"{request.state_out}/writers")
-    progress.origins.write.mode("overwrite").parquet(f"{request.state_out}/origins")
-    progress.pending.write.mode("overwrite").parquet(f"{request.state_out}/pending")
-    pending_sequences = {
-        _label(r): int(r["sequences"])
-        for r in spark.read.parquet(f"{request.state_out}/pending")
-        .groupBy(*STREAM_KEYS)
-        .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
-        .collect()  # one row per watermark with waiting sequences
-    }
-    result.select(
-        *STREAM_KEYS,
-        F.col("first_mark").alias("first_mark_at_ms"),
-        "wm_lower_ms",
-        "wm_upper_ms",
-        "wm_cut",
-        "wm_computed_at_ms",
+    per_stream = complete_cuts(result.collect(), segments_by_stream)  # one row per watermark
+    spark.createDataFrame(
+        [
+            [r["stream"], r["wm_key"], r["first_mark"], r["wm_lower_ms"], r["wm_upper_ms"]]
+            + [r["wm_cut"], r["wm_computed_at_ms"]]
+            for r in per_stream
+        ],
+        STREAMS_STATE_SCHEMA,
     ).write.mode("overwrite").parquet(f"{request.state_out}/streams")
-    deferred_marks = int(deferred[0] or 0) if deferred else 0
-    per_stream = result.collect()  # one row per watermark, for the manifest
-    manifest = _manifest(request, per_stream, accepted.reason_counts, deferred_marks, invalid_segments, started)
+
+    origins = origins0 if progress is None else progress.origins
+    pending = pending0 if progress is None else progress.pending
+    if origins is not None:  # a round with no sequenced mark and no earlier one writes no progress state
+        origins.write.mode("overwrite").parquet(f"{request.state_out}/origins")
+    pending_sequences: dict[str, int] = {}
+    if pending is not None:
+        pending.write.mode("overwrite").parquet(f"{request.state_out}/pending")
+        pending_sequences = {
+            _label(r): int(r["sequences"])
+            for r in spark.read.parquet(f"{request.state_out}/pending")
+            .groupBy(*STREAM_KEYS)
+            .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
+            .collect()  # one row per watermark with waiting sequences
+        }
+    manifest = _manifest(
+        request, per_stream, accepted.reason_counts, accepted.deferred_marks, invalid_segments, started
+    )
     for label, entry in manifest["streams"].items():
         entry["pending_sequences"] = pending_sequences.get(label, 0)
     manifest["processed_marks"] = processed_marks
@@ -1163,10 +1229,6 @@ def _watermark(row: Any) -> dict[str, Any] | None:
         "stream_cut": {str(k): int(v) for k, v in sorted((row["wm_cut"] or {}).items())},
         "computed_at_ms": int(row["wm_computed_at_ms"]),
     }
-
-
-def _join(base: str | None, name: str) -> str | None:
-    return None if not base else f"{base.rstrip('/')}/{name}"
 
 
 # ------------------------------------------------------------------------------------------ entry point

@@ -73,6 +73,13 @@ def write_segments(spark: Any, segments: Mapping[str, Iterable[Segment]], path: 
     return str(path)
 
 
+def _state_rows(spark: Any, path: str, part: str, schema: Any) -> list[Any]:
+    """A part of a controller state; a round that has no gap-free progress writes none."""
+    if not Path(path, part).exists():
+        return []
+    return spark.read.schema(schema).parquet(f"{path}/{part}").collect()  # type: ignore[no-any-return]
+
+
 def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_marks: int = 0) -> ControllerState:
     writers: dict[str, dict[str, WriterState]] = {}
     for r in spark.read.schema(WRITERS_STATE_SCHEMA).parquet(f"{path}/writers").collect():
@@ -96,10 +103,10 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
             )
         streams[_label(r)] = StreamState(r["first_mark_at_ms"], wm, writers.get(_label(r), {}))
     committed: dict[str, dict[tuple[str, str], int]] = {}
-    for r in spark.read.schema(ORIGINS_STATE_SCHEMA).parquet(f"{path}/origins").collect():
+    for r in _state_rows(spark, path, "origins", ORIGINS_STATE_SCHEMA):
         committed.setdefault(_label(r), {})[(r["writer_id"], r["origin_id"])] = r["committed_seq"]
     pending: dict[str, dict[tuple[str, str], list[Chunk]]] = {}
-    for r in spark.read.schema(PENDING_STATE_SCHEMA).parquet(f"{path}/pending").collect():
+    for r in _state_rows(spark, path, "pending", PENDING_STATE_SCHEMA):
         chunk = Chunk(
             r["seq"],
             r["chunk"],
