@@ -60,7 +60,7 @@ from airflow_provider_wm.core.controller import (
 )
 from airflow_provider_wm.core.names import STREAM_NAME_PATTERN, watermark_label
 from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
-from airflow_provider_wm.core.segments import Segment, complete_cut
+from airflow_provider_wm.core.segments import Segment, complete_cut, upper_bound
 from spark_jobs.common import (
     active_session,
     conform,
@@ -777,24 +777,6 @@ def _exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFram
 # ------------------------------------------------------------------------------------------ stream cut
 
 
-def upper_bound(entries: DataFrame, segments: DataFrame) -> DataFrame:
-    """``(stream, wm_key, segment_id, offset)`` -> highest offset per segment, minus segments with a successor."""
-    highest = entries.groupBy(*STREAM_KEYS, "segment_id").agg(F.max("offset").alias("offset"))
-    ranged = highest.join(F.broadcast(segments), ["stream", "segment_id"])
-    a, b = ranged.alias("a"), ranged.alias("b")
-    superseded = a.join(
-        F.broadcast(b),
-        (F.col("a.stream") == F.col("b.stream"))
-        & (F.col("a.wm_key") == F.col("b.wm_key"))
-        & (F.col("b.segment_id") > F.col("a.segment_id"))
-        & (F.col("b.key_start") < F.col("a.key_end"))
-        & (F.col("b.key_end") > F.col("a.key_start")),
-        "left_semi",
-    )
-    bound_keys = [*STREAM_KEYS, "segment_id"]
-    return ranged.join(F.broadcast(superseded.select(*bound_keys)), bound_keys, "left_anti")
-
-
 # ------------------------------------------------------------------------------------------ the round
 
 
@@ -903,31 +885,24 @@ def next_writer_states(accepted: DataFrame, writers0: DataFrame) -> tuple[DataFr
     """Writers after the round's marks, before participation; and per-writer accepted-mark figures.
 
     The largest accepted time counts; the position is the segments of the marks at that time, each at the
-    round's highest offset; the last event (shutdown wins a tie) decides whether the writer is alive.
+    round's highest offset; the last event (shutdown wins a tie) decides whether the writer is alive. One
+    aggregation per writer computes all of it.
     """
-    value = accepted.where(F.col("tag") == VALUE)
-    per_writer = value.groupBy(*KEYS).agg(
-        F.max("max_time_ms").alias("new_time_ms"),
-        F.sum("marks").alias("accepted_marks"),
-        F.min("min_reported_at_ms").alias("first_reported_at_ms"),
-        F.max("max_reported_at_ms").alias("last_value_at_ms"),
+    value = F.col("tag") == VALUE
+    per_writer = accepted.groupBy(*KEYS).agg(
+        F.max(F.when(value, F.col("max_time_ms"))).alias("new_time_ms"),
+        F.sum(F.when(value, F.col("marks"))).alias("accepted_marks"),
+        F.min(F.when(value, F.col("min_reported_at_ms"))).alias("first_reported_at_ms"),
+        F.max(F.when(value, F.col("max_reported_at_ms"))).alias("last_value_at_ms"),
+        F.max(F.when(F.col("tag") == SHUTDOWN, F.col("max_reported_at_ms"))).alias("last_shutdown_at_ms"),
+        F.collect_list(
+            F.when(value & F.col("segment_id").isNotNull(), F.struct("max_time_ms", "segment_id", "max_offset"))
+        ).alias("segments"),
     )
-    top_position = (
-        value.join(F.broadcast(per_writer.select(*KEYS, "new_time_ms")), KEYS)
-        .where(F.col("segment_id").isNotNull() & (F.col("max_time_ms") == F.col("new_time_ms")))
-        .groupBy(*KEYS)
-        .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "max_offset"))).alias("new_position"))
-    )
-    shutdowns = (
-        accepted.where(F.col("tag") == SHUTDOWN)
-        .groupBy(*KEYS)
-        .agg(F.max("max_reported_at_ms").alias("last_shutdown_at_ms"))
-    )
-    merged = (
-        writers0.join(per_writer, KEYS, "full")
-        .join(F.broadcast(top_position), KEYS, "left")
-        .join(F.broadcast(shutdowns), KEYS, "left")
-        .where(F.col("time_ms").isNotNull() | F.col("new_time_ms").isNotNull())
+    at_new_time = F.filter("segments", lambda s: s["max_time_ms"] == F.col("new_time_ms"))
+    new_position = F.map_from_entries(F.transform(at_new_time, lambda s: F.struct(s["segment_id"], s["max_offset"])))
+    merged = writers0.join(per_writer, KEYS, "full").where(
+        F.col("time_ms").isNotNull() | F.col("new_time_ms").isNotNull()
     )
     has_new = F.col("new_time_ms").isNotNull()
     stopped = F.col("last_shutdown_at_ms").isNotNull() & (
@@ -936,16 +911,14 @@ def next_writer_states(accepted: DataFrame, writers0: DataFrame) -> tuple[DataFr
     writers = merged.select(
         *KEYS,
         F.coalesce("new_time_ms", "time_ms").alias("time_ms"),
-        F.when(has_new, F.coalesce("new_position", F.create_map().cast(POSITION)))
-        .otherwise(F.col("position"))
-        .alias("position"),
+        F.when(has_new, new_position).otherwise(F.col("position")).alias("position"),
         F.when(stopped, F.lit(False))
         .when(F.col("last_value_at_ms").isNotNull(), F.lit(True))
         .otherwise(F.coalesce("alive", F.lit(True)))
         .alias("alive"),
         "lagging_since_ms",
     )
-    return writers, per_writer
+    return writers, per_writer.drop("segments")
 
 
 def active_writers(writers: DataFrame, streams0: DataFrame, now_ms: int, writer_timeout_ms: int) -> DataFrame:
@@ -978,38 +951,45 @@ def stream_decisions(
     initial_delay_ms: int,
 ) -> DataFrame:
     """Per watermark (stream and key): its figures and its status (EMITTED or why not), with the previous
-    watermark."""
+    watermark. A watermark is one of the previous state, of a writer with a sane mark, or of a counted bad
+    mark. Each source is a kind of row in one union, aggregated once per watermark (a shuffle), where a join
+    per source would cost a Spark job each."""
     now = F.lit(now_ms)
-    valid_streams_in_reasons = spark.createDataFrame(
+    with_reasons = spark.createDataFrame(
         [(r["stream"], r["wm_key"] or "") for r in accepted.reason_counts if r["reason"] not in UNREPORTED],
         "stream string, wm_key string",
     )
-    streams = (
-        streams0.select(*STREAM_KEYS)
-        .union(accepted.seen.select(*STREAM_KEYS))
-        .union(valid_streams_in_reasons)
-        .distinct()
+    listed = F.lit(True).alias("listed")
+    state_columns = [c for c in STREAMS_STATE_SCHEMA.fieldNames() if c not in STREAM_KEYS]
+    rows = (
+        streams0.select(*STREAM_KEYS, listed, *state_columns)
+        .unionByName(accepted.seen.select(*STREAM_KEYS, listed, F.col("writer_id").alias("seen")), True)
+        .unionByName(with_reasons.select(*STREAM_KEYS, listed), True)
+        .unionByName(active.select(*STREAM_KEYS, F.col("writer_id").alias("active"), "time_ms", "participating"), True)
+        .unionByName(per_writer.select(*STREAM_KEYS, "accepted_marks", "first_reported_at_ms"), True)
     )
-    first_marks = per_writer.groupBy(*STREAM_KEYS).agg(F.min("first_reported_at_ms").alias("first_in_round"))
-    by_stream = active.groupBy(*STREAM_KEYS).agg(
-        F.count("*").alias("active_writers"),
-        F.min("time_ms").alias("lower_ms"),
-        F.max("time_ms").alias("upper_ms"),
-        F.sort_array(F.collect_list(F.when(~F.col("participating"), F.col("writer_id")))).alias("waiting"),
-    )
-    counts = (
-        accepted.seen.distinct()
-        .groupBy(*STREAM_KEYS)
-        .agg(F.count("*").alias("writers_seen"))
-        .join(
-            per_writer.groupBy(*STREAM_KEYS).agg(F.sum("accepted_marks").alias("marks_accepted")),
-            STREAM_KEYS,
-            "full",
+    decided = (
+        rows.groupBy(*STREAM_KEYS)
+        .agg(
+            F.max("listed").alias("listed"),
+            F.max("first_mark_at_ms").alias("first_mark_at_ms"),
+            F.max("wm_lower_ms").alias("wm_lower_ms"),
+            F.max("wm_upper_ms").alias("wm_upper_ms"),
+            F.first("wm_cut", ignorenulls=True).alias("wm_cut"),
+            F.max("wm_computed_at_ms").alias("wm_computed_at_ms"),
+            F.count_distinct("seen").alias("writers_seen"),
+            F.count("active").alias("active_writers"),
+            F.min("time_ms").alias("lower_ms"),
+            F.max("time_ms").alias("upper_ms"),
+            F.sort_array(F.collect_list(F.when(~F.col("participating"), F.col("active")))).alias("waiting"),
+            F.sum("accepted_marks").alias("marks_accepted"),
+            F.min("first_reported_at_ms").alias("first_in_round"),
         )
+        .where(F.col("listed"))
     )
     first_mark = F.least("first_mark_at_ms", "first_in_round")
     status = (
-        F.when(F.coalesce("active_writers", F.lit(0)) == 0, StreamStatus.NO_ACTIVE_WRITERS.value)
+        F.when(F.col("active_writers") == 0, StreamStatus.NO_ACTIVE_WRITERS.value)
         .when(first_mark.isNull() | (now - first_mark < F.lit(initial_delay_ms)), StreamStatus.INITIAL_DELAY.value)
         .when(F.size("waiting") > 0, StreamStatus.WAITING_FOR_WRITERS.value)
         .when(
@@ -1018,13 +998,7 @@ def stream_decisions(
         )
         .otherwise(StreamStatus.EMITTED.value)
     )
-    return (
-        streams.join(F.broadcast(streams0), STREAM_KEYS, "left")
-        .join(F.broadcast(first_marks), STREAM_KEYS, "left")
-        .join(F.broadcast(by_stream), STREAM_KEYS, "left")
-        .join(F.broadcast(counts), STREAM_KEYS, "left")
-        .select("*", first_mark.alias("first_mark"), status.alias("status"))
-    )
+    return decided.select("*", first_mark.alias("first_mark"), status.alias("status"))
 
 
 def read_state(spark: SparkSession, state_in: str | None, name: str, schema: StructType) -> DataFrame | None:
@@ -1037,30 +1011,33 @@ def read_state(spark: SparkSession, state_in: str | None, name: str, schema: Str
     return None if frame is None else with_key(conform(frame, schema, path))
 
 
-def stream_bounds(active: DataFrame, streams0: DataFrame, segments: DataFrame) -> DataFrame:
-    """``(stream, wm_key, cut)``: every watermark's upper bound over its active writers' positions and its
-    previous cut (``core.segments``' stream cut before completion); used where the watermark is emitted."""
+def highest_offsets(active: DataFrame, streams0: DataFrame) -> DataFrame:
+    """``(stream, wm_key, highest)``: per watermark, the highest offset of each segment over its active
+    writers' positions and its previous cut; small (streams x segments), the input of the stream cut."""
     entries = active.select(*STREAM_KEYS, F.explode("position").alias("segment_id", "offset")).unionByName(
         streams0.select(*STREAM_KEYS, F.explode("wm_cut").alias("segment_id", "offset"))
     )
     return (
-        upper_bound(entries, segments)
+        entries.groupBy(*STREAM_KEYS, "segment_id")
+        .agg(F.max("offset").alias("offset"))
         .groupBy(*STREAM_KEYS)
-        .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("cut"))
+        .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("highest"))
     )
 
 
-def complete_cuts(rows: Sequence[Any], segments: dict[str, dict[int, Segment]]) -> list[dict[str, Any]]:
-    """The rows as dicts, each emitting watermark's cut completed on the driver by the reference rule itself,
-    ``core.segments.complete_cut`` (uncovered key ranges filled by the newest epoch's segments at offset 0):
-    a fixpoint over a handful of segments per stream, where each distributed iteration would cost jobs."""
+def emitted_cuts(rows: Sequence[Any], segments: dict[str, dict[int, Segment]]) -> list[dict[str, Any]]:
+    """The rows as dicts, each emitting watermark with its stream cut, computed on the driver by the reference
+    rules themselves from the highest offsets: ``core.segments.upper_bound`` (a segment with a successor
+    drops out) and ``complete_cut`` (uncovered key ranges filled by the newest epoch's segments at offset 0).
+    A stream has a handful of segments: each distributed step would cost more Spark jobs than the work."""
     completed = []
     for row in rows:
         entry = row.asDict()
+        entry["cut_complete"] = True
         if entry["status"] == StreamStatus.EMITTED.value:
-            entry["wm_cut"], entry["cut_complete"] = complete_cut(
-                dict(entry["wm_cut"] or {}), segments.get(entry["stream"], {})
-            )
+            known = segments.get(entry["stream"], {})
+            highest = {s: o for s, o in (entry["highest"] or {}).items() if s in known}
+            entry["wm_cut"], entry["cut_complete"] = complete_cut(upper_bound([highest], known), known)
         completed.append(entry)
     return completed
 
@@ -1109,27 +1086,23 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     )
 
     is_emitted = F.col("status") == StreamStatus.EMITTED.value
-    result = decisions.join(F.broadcast(stream_bounds(active, streams0, segments)), STREAM_KEYS, "left").select(
+    result = decisions.join(F.broadcast(highest_offsets(active, streams0)), STREAM_KEYS, "left").select(
         *STREAM_KEYS,
         "status",
-        "first_mark",
+        F.col("first_mark").alias("first_mark_at_ms"),
         F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
         F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
         F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
         F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
         F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
         F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
-        F.when(is_emitted, F.coalesce("cut", F.create_map().cast(POSITION))).otherwise(F.col("wm_cut")).alias("wm_cut"),
+        "highest",
+        "wm_cut",
         F.when(is_emitted, F.lit(request.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
-        F.lit(True).alias("cut_complete"),
     )
-    per_stream = complete_cuts(result.collect(), segments_by_stream)  # one row per watermark
+    per_stream = emitted_cuts(result.collect(), segments_by_stream)  # one row per watermark
     spark.createDataFrame(
-        [
-            [r["stream"], r["wm_key"], r["first_mark"], r["wm_lower_ms"], r["wm_upper_ms"]]
-            + [r["wm_cut"], r["wm_computed_at_ms"]]
-            for r in per_stream
-        ],
+        [[r[column] for column in STREAMS_STATE_SCHEMA.fieldNames()] for r in per_stream],
         STREAMS_STATE_SCHEMA,
     ).write.mode("overwrite").parquet(f"{request.state_out}/streams")
 
