@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlparse
 
 __all__ = [
@@ -184,27 +185,39 @@ def stop_server(port: int, timeout: float = 30.0) -> bool:
     if not pid_file.exists():
         return False
     pid = int(pid_file.read_text().strip())
-    stopped = terminate_group(pid, timeout)
+    outcome = terminate_group(pid, timeout)
     pid_file.unlink(missing_ok=True)
-    return stopped
+    return outcome != "absent"
 
 
-def terminate_group(pid: int, timeout: float = 30.0) -> bool:
-    """SIGTERM to the process group (spark-submit and its JVM), SIGKILL after ``timeout``."""
+def _group_alive(pid: int) -> bool:
+    """Whether a process of the group led by ``pid`` still runs. A leader that is our child and has exited
+    stays in the group as a zombie until reaped, so it is reaped here first (its exit status is not needed)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def terminate_group(pid: int, timeout: float = 30.0) -> Literal["absent", "terminated", "killed"]:
+    """SIGTERM to the process group led by ``pid`` (spark-submit and its JVM, or ``airflow standalone`` and its
+    components); SIGKILL when some of it still runs after ``timeout``. Returns what happened: ``absent`` (no
+    such group), ``terminated`` (it ended on SIGTERM) or ``killed``."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
-        return False
+        return "absent"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
+        if not _group_alive(pid):
+            return "terminated"
+        time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    return True
+    return "killed"
 
 
 @contextlib.contextmanager
