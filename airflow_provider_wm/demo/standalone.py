@@ -42,6 +42,8 @@ def standalone_environment(home: Path, port: int, replay: int, paused: bool) -> 
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_DAGS),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            # LocalExecutor forks one worker per slot at start (32 by default): the examples need a few
+            "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "8"),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(paused),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
