@@ -94,13 +94,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-# Every test session (each pytest-xdist worker) has a Spark Connect server of its own: the embedded default
-# of every operator without a Spark connection, the in-process DAG runs' and the subprocesses' (airflow
-# standalone, the scheduler on PostgreSQL) alike. It starts on first use (``spark_connect_url``, or the first
-# task) and is stopped when the session ends.
-_CONNECT_PORT = _free_port()
+# One Spark Connect server for the whole run, shared by pytest-xdist's workers: the embedded default of every
+# operator without a Spark connection, the in-process DAG runs' and the subprocesses' (airflow standalone, the
+# scheduler on PostgreSQL) alike. A second server would only compile the same plans again in a second JVM on the
+# same two cores. The controller process picks the port (workers inherit its environment); the first test that
+# needs the server starts it (``spark_connect_url``, or the first task; a lock makes it one), and the
+# controller stops it when the whole run ends. Spark Connect keeps each client session's conf and views apart.
+_SHARED_PORT = "WM_TESTS_SPARK_CONNECT_PORT"
+_IS_WORKER = "PYTEST_XDIST_WORKER" in os.environ and _SHARED_PORT in os.environ
+_CONNECT_PORT = int(os.environ[_SHARED_PORT]) if _IS_WORKER else _free_port()
+os.environ[_SHARED_PORT] = str(_CONNECT_PORT)
 os.environ["WM_SPARK_CONNECT_URL"] = f"sc://127.0.0.1:{_CONNECT_PORT}"
-os.environ.setdefault("WM_SPARK_CONNECT_DRIVER_MEMORY", "2g")
+os.environ.setdefault("WM_SPARK_CONNECT_DRIVER_MEMORY", "3g")
 
 
 def _stop_connect_server() -> None:
@@ -109,7 +114,8 @@ def _stop_connect_server() -> None:
     stop_server(_CONNECT_PORT)
 
 
-atexit.register(_stop_connect_server)
+if not _IS_WORKER:
+    atexit.register(_stop_connect_server)
 
 
 @pytest.fixture(scope="session")
