@@ -5,6 +5,7 @@ whose master is ``local[*]`` (``spark-submit``), and everything they wrote is co
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def test_the_example_dags_write_the_same_manifests_and_outputs_in_connect_and_su
 ):
     monkeypatch.setenv("WM_EXAMPLE_SENSOR_TIMEOUT", "10")
     monkeypatch.setenv("AIRFLOW_CONN_WM_LOCAL_SUBMIT", '{"conn_type": "spark", "host": "local[*]"}')
-    results = {}
+    results, seconds = {}, {}
     for mode, conn_id in (("connect", None), ("submit", "wm_local_submit")):
         base = tmp_path / mode
         monkeypatch.setenv("WM_EXAMPLE_BASE", str(base))
@@ -98,7 +99,10 @@ def test_the_example_dags_write_the_same_manifests_and_outputs_in_connect_and_su
             monkeypatch.delenv("WM_SPARK_CONN_ID", raising=False)
         else:
             monkeypatch.setenv("WM_SPARK_CONN_ID", conn_id)
+        started = time.monotonic()
         results[mode] = run_examples(base)
+        seconds[mode] = round(time.monotonic() - started)
+    print(f"\nthe example DAGs ran in (s): {seconds}")
     connect, submit = results["connect"], results["submit"]
     assert set(connect["outputs"]) == set(OUTPUTS)
     assert all(connect["outputs"].values()) and connect["variables"][VARIABLES[0]]["version"] == 2
