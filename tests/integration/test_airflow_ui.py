@@ -100,7 +100,9 @@ def wait_until(predicate: Any, what: str, seconds: float, process: subprocess.Po
 
 
 @pytest.fixture(scope="module")
-def airflow_standalone(tmp_path_factory):
+def airflow_standalone(tmp_path_factory, spark_connect_url):
+    # The run's shared Spark Connect server answers before standalone starts: standalone then uses it and
+    # leaves it running, instead of starting one on the shared port that it would stop when it ends.
     home = tmp_path_factory.mktemp("standalone")
     port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
