@@ -1,8 +1,8 @@
 """Our example pipelines under a real scheduler on PostgreSQL, with runs that overlap, and a task killed mid-commit.
 
 The example DAGs (controller watermark + sensor, windowed aggregate, incremental partitions) are copied into a fresh
-dags folder and replayed with ``WM_EXAMPLE_CATCHUP_INTERVALS=3``: the scheduler creates three catch-up runs of each
-at once (``max_active_runs=3``, the intervals that end with the demo data's last one), and a manual run of an
+dags folder and replayed with ``WM_EXAMPLE_CATCHUP_INTERVALS=5``: the scheduler creates five catch-up runs of each
+at once (``max_active_runs=5``, the intervals that end with the demo data's last one), and a manual run of an
 interval that is also scheduled is triggered at the same time.
 LocalExecutor runs four tasks at a time; the sensors defer to the triggerer. Whatever order the runs happen to take:
 
@@ -54,8 +54,8 @@ STATEFUL_TASKS = {
     "example_windowed_aggregate": "orders_15m",
     "example_incremental_partitions": "orders_daily",
 }
-INTERVALS = 3
-DAYS = DEMO_DAYS  # of daily orders; the hourly streams have data.HOURS (4) hours
+INTERVALS = 5
+DAYS = DEMO_DAYS  # of daily orders; the hourly streams have data.HOURS (4) hours, the first interval replayed has none
 SENSOR_TIMEOUT = 900  # every interval's watermark comes eventually; a sensor that gives up would hide a bug
 KILL_DAG = "wm_killed_before_commit"
 KILL_LOGICAL_DATE = datetime(2026, 1, 6, tzinfo=UTC)
