@@ -1,13 +1,18 @@
-"""Benchmark: the controller-watermark job vs a native per-stream min/max over the same marks.
+"""Benchmark: the controller-watermark job against a native floor of the same work, in the same Spark session.
 
 Generates N writer marks (10,000 writers over 4 streams, 64 segments per stream: 32 of epoch 0, 16 of
-which split into 32 of epoch 1 halfway through), then in one Spark session (``local[2]`` by default):
+which split into 32 of epoch 1 halfway through), then in one classic Spark session (``local[2]`` by default):
 
-- round 1: the job's ``run_round`` over all N marks (no prior state);
-- round 2: a steady-state round over N/10 newer marks, with round 1's state (validation against it);
+- round 1: the job over all N marks (no prior state);
+- round 2: a steady-state round over N/10 newer marks, with round 1's state.
 
-and, for each, the native baseline: ``groupBy(stream).agg(min(time_ms), max(time_ms))`` over the same
-in-round marks. Prints both times and their ratio (best of ``--repeat`` runs each). Optionally a fraction
+The floor of each round is what any implementation must compute, written natively: the round's marks (by
+``reported_at_ms``) and the previous writers' state; per (stream, writer) the latest mark by reported time
+(``max_by``), written as the new writers' state; per stream the min of the writers' times; per (stream,
+segment) the max offset over the writers' exploded positions. It does not validate, quarantine, time writers
+out or order sequences: the job's extra work over it is what the ratio shows. Each run prints its seconds
+(best of ``--repeat``), Spark jobs and stages, writes ``bench/results/controller_watermark.json`` (or
+``--output``) and ends with ``ratio=<the worst job/floor ratio of the two rounds>``. Optionally a fraction
 of bad rows (negative times) exercises the quarantine path.
 
 With ``--sequenced`` every mark carries a sequence number (origin = writer, one chunk per sequence), and
@@ -28,7 +33,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from timing import best_of
+from timing import measure, write_results
 
 from airflow_provider_wm.contracts import ControllerRequest
 from spark_jobs.controller_watermark import run as run_round
@@ -102,6 +107,26 @@ def marks(
     return spark.range(n).select(*columns)
 
 
+def floor_round(spark: SparkSession, marks_path: str, lo: int | None, hi: int, state_in: str | None, out: str) -> None:
+    """The native floor of one round (see the module docstring)."""
+    reported = F.col("reported_at_ms")
+    in_round = spark.read.parquet(marks_path).where(
+        (reported <= hi) & (reported > lo) if lo is not None else reported <= hi
+    )
+    columns = ["stream", "writer_id", "time_ms", "position", "reported_at_ms"]
+    candidates = in_round.select(*columns)
+    if state_in is not None:
+        candidates = candidates.unionByName(spark.read.parquet(state_in).select(*columns))
+    latest = candidates.groupBy("stream", "writer_id").agg(
+        F.max_by(F.struct("time_ms", "position", "reported_at_ms"), "reported_at_ms").alias("m")
+    )
+    latest.select("stream", "writer_id", "m.*").write.mode("overwrite").parquet(out)
+    writers = spark.read.parquet(out)
+    writers.groupBy("stream").agg(F.min("time_ms")).collect()  # the driver reads the watermarks
+    offsets = writers.select("stream", F.explode("position").alias("segment_id", "offset"))
+    offsets.groupBy("stream", "segment_id").agg(F.max("offset")).collect()  # ... and the stream cuts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--marks", type=int, default=10_000_000)
@@ -111,6 +136,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--sequenced", action="store_true", help="sequence numbers, 10%% of marks late by a round")
+    parser.add_argument("--output", type=Path, default=None, help="the JSON results (default bench/results/)")
     args = parser.parse_args()
 
     spark = (
@@ -141,20 +167,22 @@ def main() -> None:
         now2 = T0 + (steps + second // args.writers) * STEP_MS
         label = " sequenced" if args.sequenced else ""
         rounds = [
-            (f"round 1 (no state){label}", None, None, now1, args.marks),
-            (f"round 2 (steady state){label}", now1, "r1", now2, second),
+            ("round_1", f"round 1 (no state){label}", None, now1, args.marks),
+            ("round_2", f"round 2 (steady state){label}", now1, now2, second),
         ]
-        print(f"\n{'':<34} {'marks':>12} {'job s':>8} {'baseline s':>11} {'ratio':>7}")
-        for name, processed_until, state_from, now, n in rounds:
+        results = {}
+        print(
+            f"\n{'':<34} {'marks':>12} {'job s':>7} {'jobs':>5} {'stages':>6}"
+            f" {'floor s':>8} {'jobs':>5} {'stages':>6} {'ratio':>6}"
+        )
+        for key, name, processed_until, now, n in rounds:
+            previous = None if processed_until is None else "round_1"
 
-            def baseline(lo=processed_until, hi=now) -> None:
-                df = spark.read.parquet(marks_path)
-                r = F.col("reported_at_ms")
-                df = df.where((r <= hi) & (r > lo)) if lo is not None else df.where(r <= hi)
-                df.groupBy("stream").agg(F.min("time_ms"), F.max("time_ms")).collect()
+            def floor(lo=processed_until, hi=now, key=key, previous=previous) -> None:
+                state_in = None if previous is None else str(work / "floor" / previous)
+                floor_round(spark, marks_path, lo, hi, state_in, str(work / "floor" / key))
 
-            def job(tag=name, pu=processed_until, src=state_from, now=now) -> None:
-                out = work / tag.split()[0] / tag.split()[1]
+            def job(key=key, pu=processed_until, previous=previous, now=now) -> None:
                 run_round(
                     spark,
                     ControllerRequest(
@@ -162,9 +190,9 @@ def main() -> None:
                         run_id="bench",
                         marks_path=marks_path,
                         segments_path=segments_path,
-                        state_in=None if src is None else str(work / "round" / "1" / "state"),
-                        state_out=str(out / "state"),
-                        round_out=str(out / "out"),
+                        state_in=None if previous is None else str(work / "job" / previous / "state"),
+                        state_out=str(work / "job" / key / "state"),
+                        round_out=str(work / "job" / key / "out"),
                         now_ms=now,
                         processed_until_ms=pu,
                         writer_timeout_ms=600_000,
@@ -172,10 +200,29 @@ def main() -> None:
                     ),
                 )
 
-            baseline()  # warm the file cache for both
-            job_s = best_of(args.repeat, job)
-            base_s = best_of(args.repeat, baseline)
-            print(f"{name:<34} {n:>12,} {job_s:>8.2f} {base_s:>11.2f} {job_s / base_s:>7.2f}")
+            floor()  # warm the file cache for both
+            job_m = measure(spark, args.repeat, job)
+            floor_m = measure(spark, args.repeat, floor)
+            ratio = job_m.seconds / floor_m.seconds
+            results[key] = {"marks": n, "job": job_m.as_dict(), "floor": floor_m.as_dict(), "ratio": ratio}
+            print(
+                f"{name:<34} {n:>12,} {job_m.seconds:>7.2f} {job_m.jobs:>5} {job_m.stages:>6}"
+                f" {floor_m.seconds:>8.2f} {floor_m.jobs:>5} {floor_m.stages:>6} {ratio:>6.2f}"
+            )
+        worst = max(r["ratio"] for r in results.values())
+        document = {
+            "mode": f"classic session, {args.master}",
+            "marks": args.marks,
+            "writers": args.writers,
+            "sequenced": args.sequenced,
+            "bad_fraction": args.bad_fraction,
+            "repeat": args.repeat,
+            "rounds": results,
+            "worst_ratio": worst,
+        }
+        name = "controller_watermark_sequenced" if args.sequenced else "controller_watermark"
+        print(f"wrote {write_results(name, document, args.output)}")
+        print(f"ratio={worst:.2f}")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
