@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from timing import measure, write_results
 
 from airflow_provider_wm.contracts import ControllerRequest
-from spark_jobs.controller_watermark import run as run_round
+from spark_jobs.controller import run as run_round
 
 T0 = 1_767_225_600_000
 STEP_MS = 1_000

@@ -56,7 +56,7 @@ from airflow_provider_wm.core.partitions import (
     plan,
     succeeded,
 )
-from spark_jobs.incremental_partitions import Job, merged_intervals, run
+from spark_jobs.partitions import Job, merged_intervals, run
 
 HOURLY_FROM, HOURLY_TO = "2016-01-01", "2026-01-01"
 SOURCE_START = "2025-01-01"

@@ -46,7 +46,7 @@ from airflow_provider_wm.core.windowing import (
     UpstreamPanes,
 )
 from airflow_provider_wm.core.windows import Tumbling
-from spark_jobs.windowed_aggregate import run_request as run_windowed
+from spark_jobs.windowed import run_request as run_windowed
 
 FIVE_MINUTES = Tumbling(300_000)
 AGGREGATE = AggregationSpec(

@@ -35,7 +35,7 @@ from timing import best_of
 
 from airflow_provider_wm.core.windowing import Aggregate, AggregationSpec, BoundedOutOfOrderness
 from airflow_provider_wm.core.windows import Session, Sliding, Tumbling, WindowFn
-from spark_jobs.windowed_aggregate import run_request as run_windowed
+from spark_jobs.windowed import run_request as run_windowed
 
 T0_MS = 1_767_225_600_000
 DAY_MS = 86_400_000

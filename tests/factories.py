@@ -17,7 +17,7 @@ from airflow_provider_wm.core.controller import (
 from airflow_provider_wm.core.names import watermark_label
 from airflow_provider_wm.core.progress import Chunk, OriginState
 from airflow_provider_wm.core.segments import Segment
-from spark_jobs.controller_watermark import (
+from spark_jobs.controller import (
     MARKS_SCHEMA,
     ORIGINS_STATE_SCHEMA,
     PENDING_STATE_SCHEMA,
@@ -164,7 +164,7 @@ def run_spark_round(
 ) -> tuple[dict[str, Any], str]:
     """Run the job's round in-process on the shared session; returns (manifest, state path)."""
     from airflow_provider_wm.contracts import ControllerRequest
-    from spark_jobs.controller_watermark import run
+    from spark_jobs.controller import run
 
     workdir.mkdir(parents=True, exist_ok=True)
     request = ControllerRequest(

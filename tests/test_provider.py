@@ -67,6 +67,10 @@ def test_the_wheel_contains_the_spark_jobs_and_the_entry_point(tmp_path):
         names = set(zf.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "airflow_provider_wm:get_provider_info" in zf.read(entry_points).decode()
-    assert {"spark_jobs/controller_watermark.py", "spark_jobs/common.py"} <= names
-    assert "airflow_provider_wm/core/controller.py" in names
+    jobs = {
+        f"spark_jobs/{entry}.py" for entry in ("controller_watermark", "windowed_aggregate", "incremental_partitions")
+    }
+    assert {*jobs, "spark_jobs/common.py"} <= names
+    assert {f"spark_jobs/{job}/job.py" for job in ("controller", "windowed", "partitions")} <= names
+    assert {"airflow_provider_wm/core/controller.py", "airflow_provider_wm/core/windowing/run.py"} <= names
     assert not any(n.startswith(("tests/", "dags/", "bench/")) for n in names)

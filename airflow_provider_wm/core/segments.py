@@ -18,7 +18,7 @@ Worked example, three segments ``0:[0,1/3) 1:[1/3,2/3) 2:[2/3,1)`` of epoch 0::
     >>> stream_cut([{0: 100, 1: 200}, {1: 100, 2: 200}, {2: 100, 0: 200}], None, segs)
     ({0: 200, 1: 200, 2: 200}, True)
 
-This module is the reference; ``spark_jobs/controller_watermark.py`` expresses the same rules as
+This module is the reference; ``spark_jobs/controller/`` expresses the same rules as
 DataFrame operations and a differential test binds the two.
 """
 

@@ -104,10 +104,10 @@ def test_the_contracts_import_neither_airflow_nor_pyspark():
 CLASSIC_ONLY = re.compile(r"\.sparkContext\b|\b_jvm\b|\b_jsc\b|\._jdf\b|\.rdd\b")
 
 
-@pytest.mark.parametrize("path", sorted(SPARK_JOBS.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(SPARK_JOBS.rglob("*.py")), ids=lambda p: str(p.relative_to(SPARK_JOBS)))
 def test_spark_jobs_use_no_api_that_spark_connect_lacks(path):
     offending = [
-        f"{path.name}:{number}: {line.strip()}"
+        f"{path.relative_to(SPARK_JOBS)}:{number}: {line.strip()}"
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if CLASSIC_ONLY.search(line)
     ]

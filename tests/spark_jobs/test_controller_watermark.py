@@ -23,7 +23,7 @@ from airflow_provider_wm.core.controller import (
 )
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS
-from spark_jobs.controller_watermark import run
+from spark_jobs.controller import run
 from tests.factories import (
     E1,
     ROUND_1,

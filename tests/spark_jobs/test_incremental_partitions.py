@@ -24,7 +24,7 @@ from airflow_provider_wm.core.partitions import (
     quarantine_reason,
 )
 from airflow_provider_wm.core.times import MAX_TIME_MS
-from spark_jobs.incremental_partitions import Job, partition_key, run
+from spark_jobs.partitions import Job, partition_key, run
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
 UNITS = ["eu", "us"]

@@ -41,7 +41,7 @@ from airflow_provider_wm.core.windowing import (
     run_on_panes,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window
-from spark_jobs.windowed_aggregate import run_request as run_windowed
+from spark_jobs.windowed import run_request as run_windowed
 
 EVENT_SCHEMA = "k string, t long, v int, arrival long"
 

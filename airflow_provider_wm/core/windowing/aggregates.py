@@ -1,0 +1,123 @@
+"""The aggregates a window computes: built-ins evaluated by core and Spark alike, SQL ones by Spark only; and
+the rule for the column names they and the keys may take."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BUILTIN_FUNCTIONS", "OUTPUT_COLUMNS", "Aggregate", "SqlAggregate", "column_name"]
+
+BUILTIN_FUNCTIONS = ("count", "sum", "min", "max", "avg")
+OUTPUT_COLUMNS = ("window_start", "window_end", "pane", "pane_index", "retraction", "watermark_ms", "run_id")
+"""Columns every pane row has; an aggregate or key may not use these names."""
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def column_name(value: Any, argument: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(f"{argument}={value!r} must be a column name (letters, digits, _)")
+    return value
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A built-in aggregate: ``count`` (of rows, or of non-null ``column``), ``sum``, ``min``, ``max``,
+    ``avg`` of ``column``; nulls are ignored, as in SQL.
+
+    >>> Aggregate("n", "count")
+    Aggregate(name='n', function='count', column=None)
+    >>> Aggregate("total", "median", "amount")
+    Traceback (most recent call last):
+    ...
+    ValueError: aggregates[total].function='median' must be one of count, sum, min, max, avg (or use SqlAggregate)
+    """
+
+    name: str
+    function: str
+    column: str | None = None
+
+    def __post_init__(self) -> None:
+        column_name(self.name, "aggregates[].name")
+        if self.function not in BUILTIN_FUNCTIONS:
+            raise ValueError(
+                f"aggregates[{self.name}].function={self.function!r} must be one of {', '.join(BUILTIN_FUNCTIONS)} "
+                "(or use SqlAggregate)"
+            )
+        if self.column is None and self.function != "count":
+            raise ValueError(f"aggregates[{self.name}]: {self.function} needs a column")
+        if self.column is not None:
+            column_name(self.column, f"aggregates[{self.name}].column")
+
+    # partial aggregates: count -> int; sum, min, max -> value or None; avg -> (sum or None, count)
+
+    def empty(self) -> Any:
+        return {"count": 0, "avg": (None, 0)}.get(self.function)
+
+    def of(self, values: Mapping[str, Any]) -> Any:
+        """The partial of one event."""
+        if self.column is None:
+            return 1
+        value = values.get(self.column)
+        if self.function == "count":
+            return 0 if value is None else 1
+        if self.function == "avg":
+            return (value, 0 if value is None else 1)
+        return value
+
+    def merge(self, a: Any, b: Any) -> Any:
+        if self.function == "count":
+            return a + b
+        if self.function == "avg":
+            return (_merge_nullable(a[0], b[0], _add), a[1] + b[1])
+        return _merge_nullable(a, b, {"sum": _add, "min": min, "max": max}[self.function])
+
+    def finish(self, partial: Any) -> Any:
+        if self.function == "avg":
+            total, count = partial
+            return None if not count else total / count
+        return partial
+
+
+def _add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+def _merge_nullable(a: Any, b: Any, combine: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return combine(a, b)
+
+
+@dataclass(frozen=True)
+class SqlAggregate:
+    """A user-supplied mergeable aggregate, evaluated by Spark only (the reference covers the built-ins).
+
+    ``partial`` aggregates a run's events of a window; ``merge`` aggregates partials (``{partial}`` stands
+    for the partial column); ``final`` turns the merged partial into the pane's value. Example, distinct
+    users with mergeable sketches::
+
+        SqlAggregate("users", partial="hll_sketch_agg(user_id)", merge="hll_union_agg({partial})",
+                     final="hll_sketch_estimate({partial})")
+    """
+
+    name: str
+    partial: str
+    merge: str
+    final: str = "{partial}"
+
+    def __post_init__(self) -> None:
+        column_name(self.name, "aggregates[].name")
+        for argument in ("partial", "merge", "final"):
+            value = getattr(self, argument)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"aggregates[{self.name}].{argument}={value!r} must be a Spark SQL expression")
+        for argument in ("merge", "final"):
+            if "{partial}" not in getattr(self, argument):
+                raise ValueError(
+                    f"aggregates[{self.name}].{argument}={getattr(self, argument)!r} must refer to {{partial}}"
+                )

@@ -1,0 +1,66 @@
+"""Rule 2: when a row is too late for its windows, and why a row goes to the late-data output instead."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from airflow_provider_wm.core.windows import Window
+
+__all__ = ["TOO_LATE_REASONS", "LateData", "LateReason", "is_open", "too_late_reason"]
+
+
+class LateReason(enum.StrEnum):
+    """Why a row went to the late-data output instead of a window (the ``reason`` column)."""
+
+    INVALID_ARRIVAL = "INVALID_ARRIVAL"
+    INVALID_EVENT_TIME = "INVALID_EVENT_TIME"
+    INVALID_WINDOW = "INVALID_WINDOW"
+    TOO_LATE = "TOO_LATE"
+    WINDOW_CLOSED = "WINDOW_CLOSED"
+
+
+TOO_LATE_REASONS = (LateReason.TOO_LATE.value, LateReason.WINDOW_CLOSED.value)
+"""The reasons counted as too late (``too_late`` in the totals), one per :class:`LateData` policy."""
+
+
+class LateData(enum.StrEnum):
+    """When an event is too late to be aggregated (rule 2), given the horizon ``H = W_prev - L``.
+
+    - ``EVENT_TIME`` (default; Apex): its own time is below the horizon, ``t < H``.
+    - ``WINDOW_END`` (Spark Structured Streaming, Flink, Beam): its window has closed, ``end <= H``; the event
+      still counts in every window of it that ends after ``H``.
+
+    They differ for an event just below the horizon whose window is still open. Tumbling 10 s windows,
+    ``H = 25 s``: an event at 22 s is ``TOO_LATE`` under ``EVENT_TIME``, but under ``WINDOW_END`` it lands in
+    ``[20 s, 30 s)``, which has not closed; an event at 18 s is late under both (``[10 s, 20 s)`` closed).
+
+    >>> too_late_reason(LateData.EVENT_TIME, 22_000, [Window(20_000, 30_000)], 25_000)
+    <LateReason.TOO_LATE: 'TOO_LATE'>
+    >>> too_late_reason(LateData.WINDOW_END, 22_000, [Window(20_000, 30_000)], 25_000) is None
+    True
+    >>> too_late_reason(LateData.WINDOW_END, 18_000, [Window(10_000, 20_000)], 25_000)
+    <LateReason.WINDOW_CLOSED: 'WINDOW_CLOSED'>
+    """
+
+    EVENT_TIME = "event_time"
+    WINDOW_END = "window_end"
+
+
+def too_late_reason(policy: LateData, t: int, windows: Sequence[Window], horizon: int | None) -> LateReason | None:
+    """Rule 2 for an event at ``t`` whose windows are ``windows``: why it is too late, or ``None``."""
+    if horizon is None:
+        return None
+    if policy is LateData.EVENT_TIME:
+        return LateReason.TOO_LATE if t < horizon else None
+    return None if any(is_open(window, horizon) for window in windows) else LateReason.WINDOW_CLOSED
+
+
+def is_open(window: Window, horizon: int | None) -> bool:
+    """A window still takes data while it ends after the horizon ``W - L``; once it does not, rule 7 purges it,
+    a rollup's pane rows for it are too late, and under ``WINDOW_END`` so are its events.
+
+    >>> is_open(Window(0, 1000), 1000), is_open(Window(0, 1000), 999), is_open(Window(0, 1000), None)
+    (False, True, True)
+    """
+    return horizon is None or window.end > horizon

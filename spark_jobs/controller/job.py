@@ -1,0 +1,227 @@
+"""One controller round: read, accept, advance, emit, write the state and the quarantine, and return the
+manifest (``run``); ``main`` is the spark-submit entry point."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+)
+
+from airflow_provider_wm.contracts import ControllerManifest, ControllerRequest
+from airflow_provider_wm.core.controller import (
+    Rejection,
+    StreamStatus,
+)
+from airflow_provider_wm.core.names import watermark_label
+from spark_jobs.common import (
+    active_session,
+    empty_frame,
+    size_shuffles,
+    submit_main,
+)
+from spark_jobs.controller.acceptance import accept_marks
+from spark_jobs.controller.cut import emitted_cuts, highest_offsets
+from spark_jobs.controller.emission import active_writers, next_writer_states, read_state, stream_decisions
+from spark_jobs.controller.marks import (
+    aggregate_marks,
+    count_marks,
+    read_marks,
+    read_segments,
+    sequenced_in_round,
+    tag_marks,
+    with_key,
+)
+from spark_jobs.controller.progress import advance_origins
+from spark_jobs.controller.schemas import (
+    ORIGINS_STATE_SCHEMA,
+    PENDING_STATE_SCHEMA,
+    STREAM_KEYS,
+    STREAMS_STATE_SCHEMA,
+    UNREPORTED,
+    VALUE,
+    WAITING_SAMPLE,
+    WRITERS_STATE_SCHEMA,
+)
+
+__all__ = ["main", "run"]
+
+
+def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
+    """Compute one round, write the state and the quarantine, and return the manifest (not yet written).
+
+    Spark jobs of a round with no sequenced and no bad mark (the common case): the segments, the counts of
+    late and sequenced marks, the one scan of the marks, the round's checks, the writers' state, the
+    per-watermark verdicts, the streams' state; each extra is named where it is spent."""
+    started = time.time()
+    size_shuffles(spark)
+    segments, segments_by_stream, invalid_segments = read_segments(spark, request.segments_path)
+    writers0 = read_state(spark, request.state_in, "writers", WRITERS_STATE_SCHEMA)
+    streams0 = read_state(spark, request.state_in, "streams", STREAMS_STATE_SCHEMA)
+    origins0 = read_state(spark, request.state_in, "origins", ORIGINS_STATE_SCHEMA)
+    pending0 = read_state(spark, request.state_in, "pending", PENDING_STATE_SCHEMA)
+    writers0 = writers0 if writers0 is not None else with_key(empty_frame(spark, WRITERS_STATE_SCHEMA))
+    streams0 = streams0 if streams0 is not None else with_key(empty_frame(spark, STREAMS_STATE_SCHEMA))
+
+    marks = read_marks(spark, request.marks_path)
+    late, processed_marks, has_sequenced = count_marks(marks, request)
+    progress = None
+    if has_sequenced:  # gap-free progress: jobs of its own, only for rounds with sequenced marks
+        progress = advance_origins(
+            marks.where(sequenced_in_round(request)),
+            origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
+            pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
+            segments,
+        )
+    tagged = tag_marks(marks.where(~sequenced_in_round(request)), request.now_ms, request.processed_until_ms)
+    if progress is not None:
+        tagged = tagged.unionByName(progress.released.withColumn("tag", F.lit(VALUE)))
+    groups = aggregate_marks(tagged).localCheckpoint()  # the one scan of the marks in the common case
+    accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{request.round_out}/quarantine", progress)
+    writers, per_writer = next_writer_states(accepted.groups, writers0)
+    writers_out = f"{request.state_out}/writers"
+    active_writers(writers, streams0, request.now_ms, request.writer_timeout_ms).select(
+        *WRITERS_STATE_SCHEMA.fieldNames()
+    ).write.mode("overwrite").parquet(writers_out)
+    # read back instead of a checkpoint: a writer participates exactly when it is not lagging
+    active = spark.read.schema(WRITERS_STATE_SCHEMA).parquet(writers_out)
+    active = active.withColumn("participating", F.col("lagging_since_ms").isNull())
+    decisions = stream_decisions(
+        spark, streams0, active, per_writer, accepted, request.now_ms, request.initial_delay_ms
+    )
+
+    is_emitted = F.col("status") == StreamStatus.EMITTED.value
+    result = decisions.join(F.broadcast(highest_offsets(active, streams0)), STREAM_KEYS, "left").select(
+        *STREAM_KEYS,
+        "status",
+        F.col("first_mark").alias("first_mark_at_ms"),
+        F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
+        F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
+        F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
+        F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
+        F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
+        F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
+        "highest",
+        "wm_cut",
+        F.when(is_emitted, F.lit(request.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+    )
+    per_stream = emitted_cuts(result.collect(), segments_by_stream)  # one row per watermark
+    spark.createDataFrame(
+        [[r[column] for column in STREAMS_STATE_SCHEMA.fieldNames()] for r in per_stream],
+        STREAMS_STATE_SCHEMA,
+    ).write.mode("overwrite").parquet(f"{request.state_out}/streams")
+
+    origins = origins0 if progress is None else progress.origins
+    pending = pending0 if progress is None else progress.pending
+    if origins is not None:  # a round with no sequenced mark and no earlier one writes no progress state
+        origins.write.mode("overwrite").parquet(f"{request.state_out}/origins")
+    pending_sequences: dict[str, int] = {}
+    if pending is not None:
+        pending.write.mode("overwrite").parquet(f"{request.state_out}/pending")
+        pending_sequences = {
+            _label(r): int(r["sequences"])
+            for r in spark.read.parquet(f"{request.state_out}/pending")
+            .groupBy(*STREAM_KEYS)
+            .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
+            .collect()  # one row per watermark with waiting sequences
+        }
+    manifest = _manifest(
+        request, per_stream, accepted.reason_counts, accepted.deferred_marks, invalid_segments, started
+    )
+    for label, entry in manifest["streams"].items():
+        entry["pending_sequences"] = pending_sequences.get(label, 0)
+    manifest["processed_marks"] = processed_marks
+    manifest["totals"]["late_marks"] = late
+    return ControllerManifest.from_json(manifest)
+
+
+def _manifest(
+    request: ControllerRequest,
+    rows: Sequence[Any],
+    reason_counts: Sequence[Any],
+    deferred: int,
+    invalid_segments: int,
+    started: float,
+) -> dict[str, Any]:
+    per_stream: dict[str, dict[str, int]] = {}
+    totals: dict[str, int] = {}
+    for row in reason_counts:
+        totals[row["reason"]] = totals.get(row["reason"], 0) + int(row["count"])
+        if row["reason"] not in UNREPORTED:
+            reasons = per_stream.setdefault(_label(row), {})  # plain and sequenced marks may share a reason
+            reasons[row["reason"]] = reasons.get(row["reason"], 0) + int(row["count"])
+    rejected_reasons = {r.value for r in Rejection}
+    streams: dict[str, Any] = {}
+    for row in sorted(rows, key=_label):
+        reasons = per_stream.get(_label(row), {})
+        emitted = row["status"] == StreamStatus.EMITTED.value
+        streams[_label(row)] = {
+            "stream": row["stream"],
+            "wm_key": row["wm_key"] or None,
+            "status": row["status"],
+            "writers_seen": int(row["writers_seen"]),
+            "active_writers": int(row["active_writers"]),
+            "marks_accepted": int(row["marks_accepted"]),
+            "rejected": {k: v for k, v in sorted(reasons.items()) if k in rejected_reasons},
+            "quarantined": {k: v for k, v in sorted(reasons.items()) if k not in rejected_reasons},
+            "waiting_for": list(row["waiting"])[:WAITING_SAMPLE],
+            "waiting_count": len(row["waiting"]),
+            "watermark": _watermark(row) if emitted else None,
+            "previous_watermark": None if emitted else _watermark(row),
+            "cut_complete": row["cut_complete"],
+        }
+    return {
+        "status": "succeeded",
+        "job": "controller_watermark",
+        "controller": request.controller,
+        "processed_from_ms": request.processed_until_ms,
+        "processed_until_ms": request.now_ms,
+        "state_path": request.state_out,
+        "quarantine_path": f"{request.round_out}/quarantine" if reason_counts else None,
+        "totals": {
+            "rejected": {k: v for k, v in sorted(totals.items()) if k in rejected_reasons},
+            "quarantined": {k: v for k, v in sorted(totals.items()) if k not in rejected_reasons},
+            "deferred_marks": int(deferred),
+            "invalid_segments": invalid_segments,
+            "streams": len(streams),
+            "watermarks_emitted": sum(1 for s in streams.values() if s["watermark"]),
+        },
+        "streams": streams,
+        "duration_s": round(time.time() - started, 3),
+    }
+
+
+def _label(row: Any) -> str:
+    """The manifest's name of a row's watermark: ``core.names.watermark_label``."""
+    return watermark_label(row["stream"], row["wm_key"] or None)
+
+
+def _watermark(row: Any) -> dict[str, Any] | None:
+    if row["wm_lower_ms"] is None:
+        return None
+    return {
+        "stream": row["stream"],
+        "wm_key": row["wm_key"] or None,
+        "lower_ms": int(row["wm_lower_ms"]),
+        "upper_ms": int(row["wm_upper_ms"]),
+        "stream_cut": {str(k): int(v) for k, v in sorted((row["wm_cut"] or {}).items())},
+        "computed_at_ms": int(row["wm_computed_at_ms"]),
+    }
+
+
+def run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
+    """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
+    with active_session(spark):
+        return _run(spark, request)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``controller_watermark.py <request.json URL>`` (spark-submit); the manifest goes to ``round_out``."""
+    return submit_main(ControllerRequest, run, argv)

@@ -1,0 +1,225 @@
+"""Reading a round's marks and segments, the row-local sanity rules as columns (``core.controller``'s
+quarantine reasons), and the fast path's one scan: per (stream, writer, segment) aggregates of the round."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    StructType,
+)
+
+from airflow_provider_wm.contracts import ControllerRequest
+from airflow_provider_wm.core.controller import (
+    MarkKind,
+    Quarantine,
+)
+from airflow_provider_wm.core.segments import Segment
+from spark_jobs.common import (
+    conform,
+    empty_frame,
+    invalid_time,
+    read_dataset,
+    read_parquet_or_empty,
+)
+from spark_jobs.controller.schemas import (
+    DEFERRED,
+    KEYS,
+    MARKS_SCHEMA,
+    OPTIONAL_COLUMNS,
+    SEGMENTS_SCHEMA,
+    SHUTDOWN,
+    STREAM_NAME_REGEX,
+    VALUE,
+    VALUE_KINDS,
+)
+
+__all__ = [
+    "aggregate_marks",
+    "count_marks",
+    "in_round_condition",
+    "invalid_key",
+    "is_sequenced",
+    "nullable_key",
+    "read_marks",
+    "read_segments",
+    "row_local_reason",
+    "sequenced_in_round",
+    "tag_marks",
+    "with_key",
+]
+
+
+def read_marks(spark: SparkSession, path: str) -> DataFrame:
+    """The marks with ``MARKS_SCHEMA``'s columns, types checked (:func:`spark_jobs.common.conform`); the
+    optional progress and key columns are null when absent. No dataset yet is no marks."""
+    marks = read_dataset(spark, path)
+    if marks is None:
+        return with_key(empty_frame(spark, MARKS_SCHEMA))
+    present = set(marks.columns)
+    missing = [c for c in OPTIONAL_COLUMNS if c not in present]
+    required = StructType([f for f in MARKS_SCHEMA.fields if f.name not in missing])
+    marks = conform(marks, required, path)
+    for name in missing:
+        marks = marks.withColumn(name, F.lit(None).cast(MARKS_SCHEMA[name].dataType))
+    return with_key(marks.select(*MARKS_SCHEMA.fieldNames()))
+
+
+def with_key(frame: DataFrame) -> DataFrame:
+    """``wm_key`` as the job uses it: ``""`` for none (marks and older states have nulls)."""
+    return frame.withColumn("wm_key", F.coalesce("wm_key", F.lit("")))
+
+
+def nullable_key() -> Column:
+    """``wm_key`` as the job writes it for people to read (quarantine rows): null for none."""
+    return F.when(F.col("wm_key") != "", F.col("wm_key")).alias("wm_key")
+
+
+def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, dict[int, Segment]], int]:
+    """Valid segments as a frame and per stream, and how many segment rows were invalid.
+
+    Segments are few (a stream has tens to thousands), so they are collected and validated by the reference
+    (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
+    is left out and counted.
+    """
+    # small: a stream has few segments; duplicates are dropped here, not by a shuffle
+    rows = list(dict.fromkeys(read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).collect()))
+    by_stream: dict[str, dict[int, Segment]] = {}
+    invalid = 0
+    conflicting: set[tuple[str, int]] = set()
+    for row in rows:
+        try:
+            segment = Segment(row["segment_id"], row["key_start"], row["key_end"])
+        except (TypeError, ValueError):
+            invalid += 1
+            continue
+        if row["stream"] is None:
+            invalid += 1
+            continue
+        known = by_stream.setdefault(row["stream"], {})
+        if segment.segment_id in known:
+            conflicting.add((row["stream"], segment.segment_id))
+        known[segment.segment_id] = segment
+    for stream, segment_id in conflicting:
+        invalid += sum(1 for r in rows if (r["stream"], r["segment_id"]) == (stream, segment_id))
+        del by_stream[stream][segment_id]
+    frame = spark.createDataFrame(
+        [(stream, s.segment_id, s.key_start, s.key_end) for stream, segs in by_stream.items() for s in segs.values()],
+        SEGMENTS_SCHEMA,
+    )
+    return frame, by_stream, invalid
+
+
+def row_local_reason(*, cheap_only: bool = False) -> Column:
+    """The sanity checks that need nothing but the row itself, in the reference's order.
+
+    ``cheap_only`` leaves out the stream-name regex and the per-row offset arrays (most of the scan's
+    cost): the fast path finds those rows from its aggregates instead (a stream whose name fails the
+    pattern, a segment group with a negative or missing offset) and sends them to the exact path, which
+    applies every check.
+    """
+    value = F.col("kind").isin(*VALUE_KINDS)
+    offsets = F.map_values("position")
+    bad_stream = F.col("stream").isNull()
+    bad_key = F.lit(False)
+    if not cheap_only:
+        bad_stream = bad_stream | ~F.col("stream").rlike(STREAM_NAME_REGEX)
+        bad_key = invalid_key()
+    reason = (
+        F.when(bad_stream, Quarantine.INVALID_STREAM.value)
+        .when(bad_key, Quarantine.INVALID_WM_KEY.value)
+        .when(F.col("writer_id").isNull() | (F.col("writer_id") == ""), Quarantine.INVALID_WRITER.value)
+        .when(
+            F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]),
+            Quarantine.UNKNOWN_KIND.value,
+        )
+        .when(invalid_time(F.col("reported_at_ms")), Quarantine.INVALID_REPORTED_AT.value)
+        .when(value & invalid_time(F.col("time_ms")), Quarantine.INVALID_TIME_VALUE.value)
+        .when(value & F.col("position").isNull(), Quarantine.MISSING_POSITION.value)
+    )
+    if cheap_only:
+        return reason
+    return reason.when(
+        value
+        & ((F.size(F.array_compact(offsets)) < F.size(offsets)) | (F.coalesce(F.array_min(offsets), F.lit(0)) < 0)),
+        Quarantine.NEGATIVE_OFFSET.value,
+    )
+
+
+def invalid_key() -> Column:
+    """A ``wm_key`` that is set but not a valid name (``core.controller.Quarantine.INVALID_WM_KEY``)."""
+    return (F.col("wm_key") != "") & ~F.col("wm_key").rlike(STREAM_NAME_REGEX)
+
+
+def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int, bool]:
+    """(late marks, marks reported up to now, whether the round has a sequenced mark) in one pass over the
+    report-time and progress columns only, so the main scan can still skip old row groups. Late marks: see
+    ``core.controller.late_marks``."""
+    reported = F.col("reported_at_ms")
+    past = F.lit(False) if request.processed_until_ms is None else reported <= F.lit(request.processed_until_ms)
+    row = marks.agg(
+        F.count(F.when(past, 1)).alias("past"),
+        F.count(F.when(reported <= F.lit(request.now_ms), 1)).alias("total"),
+        F.count(F.when(sequenced_in_round(request), 1)).alias("sequenced"),
+    ).first()
+    assert row is not None
+    late = 0 if request.processed_until_ms is None else max(0, int(row["past"]) - request.processed_marks)
+    return late, int(row["total"]), int(row["sequenced"]) > 0
+
+
+def sequenced_in_round(request: ControllerRequest) -> Column:
+    """A sequenced mark of this round: it goes to gap-free progress, not to the plain marks' scan."""
+    return F.coalesce(is_sequenced() & in_round_condition(request.now_ms, request.processed_until_ms), F.lit(False))
+
+
+def in_round_condition(now_ms: int, processed_until_ms: int | None) -> Column:
+    """``core.controller.in_round``: ``processed_until < reported_at <= now``, or no report time."""
+    reported = F.col("reported_at_ms")
+    after_previous = F.lit(True) if processed_until_ms is None else reported > F.lit(processed_until_ms)
+    return reported.isNull() | ((reported <= F.lit(now_ms)) & after_previous)
+
+
+def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> DataFrame:
+    """Marks of this round (and deferred ones) with a ``tag``: a cheap row-local quarantine reason, VALUE,
+    SHUTDOWN, or DEFERRED for marks reported after ``now_ms`` (they wait for a later round)."""
+    reported = F.col("reported_at_ms")
+    in_round = in_round_condition(now_ms, processed_until_ms)
+    deferred = reported > F.lit(now_ms)
+    kind_tag = F.when(F.col("kind") == MarkKind.SHUTDOWN.value, SHUTDOWN).otherwise(VALUE)
+    tag = F.when(deferred, DEFERRED).otherwise(F.coalesce(row_local_reason(cheap_only=True), kind_tag))
+    return marks.where(in_round | deferred).withColumn("tag", tag)
+
+
+def aggregate_marks(rows: DataFrame) -> DataFrame:
+    """Per ``(stream, wm_key, writer_id, tag, segment_id)``: mark count and min/max of time, offset, report time.
+
+    Only VALUE rows are exploded; ``segment_id`` is null for other tags and for empty positions.
+    """
+    exploded = rows.select(
+        *KEYS,
+        "tag",
+        "time_ms",
+        "reported_at_ms",
+        F.posexplode_outer(F.when(F.col("tag") == VALUE, F.col("position"))).alias("pos", "segment_id", "offset"),
+    )
+    first_row_of_mark = F.col("pos").isNull() | (F.col("pos") == 0)
+    return exploded.groupBy(*KEYS, "tag", "segment_id").agg(
+        F.count(F.when(first_row_of_mark, 1)).alias("marks"),
+        F.min("time_ms").alias("min_time_ms"),
+        F.max("time_ms").alias("max_time_ms"),
+        F.min("offset").alias("min_offset"),
+        F.count(F.when(F.col("segment_id").isNotNull() & F.col("offset").isNull(), 1)).alias("null_offsets"),
+        F.max("offset").alias("max_offset"),
+        F.min("reported_at_ms").alias("min_reported_at_ms"),
+        F.max("reported_at_ms").alias("max_reported_at_ms"),
+    )
+
+
+def is_sequenced() -> Column:
+    """A note or commit with any progress column set (``core.controller.WriterMark.is_sequenced``)."""
+    return F.col("kind").isin(*VALUE_KINDS) & (
+        F.col("origin_id").isNotNull()
+        | F.col("seq").isNotNull()
+        | F.col("chunk").isNotNull()
+        | F.col("last_chunk").isNotNull()
+    )

@@ -1,0 +1,390 @@
+"""Gap-free progress (NebulaStream) as DataFrame operations: per origin, the sequences applied in order, the
+chunks that wait for a gap, and the reason of each mark that cannot be (``core.progress``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from airflow_provider_wm.core.controller import (
+    MarkKind,
+    Quarantine,
+)
+from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
+from spark_jobs.common import (
+    empty_frame,
+)
+from spark_jobs.controller.marks import invalid_key, nullable_key, row_local_reason
+from spark_jobs.controller.schemas import (
+    KEYS,
+    MARKS_SCHEMA,
+    PENDING_STATE_SCHEMA,
+    POSITION,
+    PROGRESS_COLUMNS,
+    STREAM_NAME_REGEX,
+)
+
+__all__ = ["ORIGIN_KEYS", "Progress", "advance_origins", "exact_origins", "origin_decisions", "sequence_reason"]
+
+
+ORIGIN_KEYS = [*KEYS, "origin_id"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    released: DataFrame  # one mark (MARKS_SCHEMA, progress columns null) per released sequence
+    bad: DataFrame  # quarantined sequenced marks: MARKS_SCHEMA + reason
+    seen: DataFrame  # KEYS of writers with a sane sequenced mark in the round
+    origins: DataFrame  # next ORIGINS_STATE_SCHEMA
+    pending: DataFrame  # next PENDING_STATE_SCHEMA
+
+
+def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> Progress:
+    """``core.progress.advance`` for every origin with marks in the round.
+
+    Two paths. A *dense* origin, the common case, is decided by fixed-width aggregates per origin
+    (:func:`origin_decisions`): every chunk of it in the round and waiting in the state is a whole one-chunk
+    sequence, none is bad, all numbers are distinct, past the committed one and within reach. Its prefix
+    then ends one before the first number missing after the committed one (committed 3, sequences 4 5 7
+    -> 5; 6 is missing), and its rows are released or kept waiting through a broadcast join, with no
+    per-sequence shuffle. Every other origin with marks in the round takes the exact path
+    (:func:`exact_origins`).
+    """
+    sequenced = sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
+    # one row per origin with marks in the round: small
+    decisions = origin_decisions(sequenced, origins0, pending0, segments).localCheckpoint()
+    dense = F.broadcast(decisions.where("dense").select(*ORIGIN_KEYS, "committed_seq", "prefix_end"))
+    released_now = F.col("seq") <= F.col("prefix_end")
+    pending_columns = PENDING_STATE_SCHEMA.fieldNames()
+    dense_rows = (
+        sequenced.join(dense, ORIGIN_KEYS)
+        .select(*pending_columns, "prefix_end")
+        .unionByName(pending0.join(dense, ORIGIN_KEYS).select(*pending_columns, "prefix_end"))
+    )
+    progress_nulls = [F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS]
+    released = dense_rows.where(released_now).select(
+        "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls, "wm_key"
+    )
+    dense_origins = (
+        decisions.where("dense")
+        .select(*ORIGIN_KEYS, F.greatest("committed_seq", "prefix_end").alias("committed_seq"))
+        .where(F.col("committed_seq") > 0)
+    )
+    waiting = dense_rows.where(~released_now).select(*pending_columns)
+    seen = decisions.where("dense").select(*KEYS)
+    other_origins0 = origins0.join(dense, ORIGIN_KEYS, "left_anti")
+    other_pending0 = pending0.join(dense, ORIGIN_KEYS, "left_anti")
+    if decisions.where(~F.col("dense")).isEmpty():
+        bad_schema = StructType([*MARKS_SCHEMA.fields, StructField("reason", StringType())])
+        return Progress(
+            released,
+            empty_frame(sequenced.sparkSession, bad_schema),
+            seen,
+            other_origins0.unionByName(dense_origins),
+            other_pending0.unionByName(waiting),
+        )
+    exact = exact_origins(sequenced.join(dense, ORIGIN_KEYS, "left_anti"), other_origins0, other_pending0, segments)
+    return Progress(
+        exact.released.unionByName(released),
+        exact.bad,
+        exact.seen.unionByName(seen),
+        exact.origins.unionByName(dense_origins),
+        exact.pending.unionByName(waiting),
+    )
+
+
+def sequence_reason() -> Column:
+    """Why a sequenced mark is bad on its own (row-local checks, unknown segment, bad numbers), or null;
+    needs the stream's ``known_segments``."""
+    unknown_segment = (
+        F.size(
+            F.array_except(F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType()))))
+        )
+        > 0
+    )
+    invalid_sequence = (
+        F.col("seq").isNull()
+        | (F.col("seq") < 1)
+        | F.col("chunk").isNull()
+        | (F.col("chunk") < 1)
+        | (F.col("chunk") > MAX_CHUNKS)
+        | F.col("last_chunk").isNull()
+    )
+    row_local = row_local_reason()
+    return (
+        F.when(row_local.isNotNull(), row_local)
+        .when(unknown_segment, Quarantine.UNKNOWN_SEGMENT.value)
+        .when(invalid_sequence, Quarantine.INVALID_SEQUENCE.value)
+    )
+
+
+def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> DataFrame:
+    """Per origin with marks in the round: ``dense`` (see :func:`advance_origins`), its committed sequence
+    and, when dense, the end of its gap-free prefix.
+
+    Fixed-width aggregates only (no per-origin lists, which Spark sorts once an aggregation holds more
+    than a few hundred groups). Each sequence number sets bit ``seq - committed - 1`` of a 64-bit word
+    (word ``(seq - committed - 1) div 64``); a word's mark count above its bit count is a duplicate; the
+    prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011`` -> 5. The
+    checks of a mark's stream, key and writer are made once per origin, and those of its position (offsets,
+    unknown segments) on the exploded positions, where they are scalar comparisons and a broadcast join.
+    """
+    committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
+    committed = F.broadcast(origins0.select(*ORIGIN_KEYS, "committed_seq"))
+    lone = (F.col("chunk") == 1) & F.col("last_chunk")
+    valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
+    clean = row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
+    numbers = (
+        sequenced.select(*ORIGIN_KEYS, "seq", clean.alias("clean"), F.lit(1).alias("arrived"))
+        .unionByName(pending0.select(*ORIGIN_KEYS, "seq", lone.alias("clean"), F.lit(0).alias("arrived")))
+        .join(committed, ORIGIN_KEYS, "left")
+        .select(
+            *ORIGIN_KEYS,
+            committed_seq.alias("committed_seq"),
+            # null for a number below 1 (not clean), so that no number can overflow
+            F.when(F.col("seq") >= 1, F.col("seq") - committed_seq - 1).alias("bit"),
+            "clean",
+            "arrived",
+        )
+    )
+    in_reach = (F.col("bit") >= 0) & (F.col("bit") < F.lit(MAX_PENDING_SEQUENCES))
+    words = numbers.groupBy(*ORIGIN_KEYS, "committed_seq", F.floor(F.col("bit") / 64).alias("word")).agg(
+        F.min(F.coalesce(F.col("clean") & in_reach, F.lit(False)).cast("int")).alias("clean"),
+        F.max("arrived").alias("arrived"),
+        F.count("*").alias("marks"),
+        F.bit_or(F.when(in_reach, F.expr("shiftleft(CAST(1 AS BIGINT), CAST(pmod(bit, 64) AS INT))"))).alias("bits"),
+    )
+    full = F.col("bits") == F.lit(-1)
+    per_origin = words.groupBy(*ORIGIN_KEYS, "committed_seq").agg(
+        F.min("clean").alias("clean"),
+        F.max("arrived").alias("arrived"),
+        (F.sum("marks") == F.sum(F.bit_count(F.coalesce("bits", F.lit(0))))).alias("distinct"),
+        F.collect_list(F.when(full, F.col("word"))).alias("full_words"),
+        # no entry for a null word (a mark without a number: not clean)
+        F.map_from_entries(F.collect_list(F.when(F.col("word").isNotNull(), F.struct("word", "bits")))).alias("words"),
+    )
+    exploded = sequenced.select(*ORIGIN_KEYS, F.explode("position").alias("segment_id", "offset"))
+    known = F.broadcast(segments.select("stream", "segment_id", F.lit(True).alias("known")))
+    bad_positions = (
+        exploded.join(known, ["stream", "segment_id"], "left")
+        .where(F.col("known").isNull() | F.col("offset").isNull() | (F.col("offset") < 0))
+        .select(*ORIGIN_KEYS)
+        .distinct()
+        .withColumn("bad_position", F.lit(True))
+    )
+    valid_keys = F.col("stream").rlike(STREAM_NAME_REGEX) & ~invalid_key()
+    dense = (F.col("clean") == 1) & F.col("distinct") & valid_keys & F.col("bad_position").isNull()
+    # the first word that is not full, and the first unset bit in it (the trailing ones of its bits)
+    first_open = F.array_min(
+        F.array_except(F.sequence(F.lit(0).cast(LongType()), F.size("full_words").cast(LongType())), "full_words")
+    )
+    open_bits = F.coalesce(F.try_element_at("words", first_open), F.lit(0).cast(LongType()))
+    trailing_ones = F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1
+    # an origin with chunks waiting but none arriving is not touched by the round (as in core)
+    arrivals = per_origin.where(F.col("arrived") == 1)
+    return arrivals.join(F.broadcast(bad_positions), ORIGIN_KEYS, "left").select(
+        *ORIGIN_KEYS,
+        "committed_seq",
+        F.coalesce(dense, F.lit(False)).alias("dense"),
+        F.when(dense, F.col("committed_seq") + first_open * 64 + trailing_ones).alias("prefix_end"),
+    )
+
+
+def exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> Progress:
+    """The exact path: window functions in arrival order, for origins that are not dense.
+
+    Arrival order is (pending first, report time, chunk, time); the first of duplicates is kept. The
+    frame is checkpointed once and read by every output below.
+    """
+    spark = sequenced.sparkSession
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    # per-sequence aggregations and sorts can be as large as the marks themselves: not the small frames the
+    # rest of the round sizes its shuffles for (restored below)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(64, int(shuffle_partitions or 0))))
+    try:
+        return _exact_origins(sequenced, origins0, pending0, segments)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+
+
+def _exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> Progress:
+    known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
+    checked = (
+        sequenced.join(F.broadcast(known), "stream", "left")
+        .withColumn("reason", sequence_reason())
+        .drop("known_segments")
+        .withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
+        .localCheckpoint()
+    )
+    marks_columns = MARKS_SCHEMA.fieldNames()
+    locally_bad = checked.where(F.col("reason").isNotNull())
+    sane = checked.where(F.col("reason").isNull()).drop("reason")
+    touched = sane.select(*ORIGIN_KEYS).distinct()
+    committed = origins0.select(*ORIGIN_KEYS, "committed_seq")
+    new = (
+        sane.join(F.broadcast(committed), ORIGIN_KEYS, "left")
+        .withColumn("committed_seq", F.coalesce("committed_seq", F.lit(0).cast(LongType())))
+        .withColumn(
+            "reason",
+            F.when(F.col("seq") <= F.col("committed_seq"), Quarantine.SEQUENCE_ALREADY_COMMITTED.value).when(
+                F.col("seq") > F.col("committed_seq") + F.lit(MAX_PENDING_SEQUENCES),
+                Quarantine.SEQUENCE_TOO_FAR_AHEAD.value,
+            ),
+        )
+        .withColumn("is_new", F.lit(1))
+    )
+    old = (
+        pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_semi")
+        .join(F.broadcast(committed), ORIGIN_KEYS, "left")
+        .withColumn("committed_seq", F.coalesce("committed_seq", F.lit(0).cast(LongType())))
+        .withColumn("reason", F.lit(None).cast(StringType()))
+        .withColumn("is_new", F.lit(0))
+    )
+    columns = [*PENDING_STATE_SCHEMA.fieldNames(), "committed_seq", "reason", "is_new"]
+    seq_keys = [*ORIGIN_KEYS, "seq"]
+    accepted_new = new.where(F.col("reason").isNull()).select(*columns)
+    # Fast path: a one-chunk sequence (chunk 1, last) seen once in the round and not waiting in the state
+    # cannot conflict with anything. The other sequences (usually few) and their waiting chunks take the
+    # exact path: window functions in arrival order. The split is decided on narrow columns.
+    per_seq = accepted_new.groupBy(*seq_keys).agg(
+        F.count("*").alias("rows"), F.min(((F.col("chunk") == 1) & F.col("last_chunk")).cast("int")).alias("lone")
+    )
+    slow_keys = (
+        per_seq.where((F.col("rows") > 1) | (F.col("lone") == 0))
+        .select(*seq_keys)
+        .union(per_seq.join(pending0.select(*seq_keys).distinct(), seq_keys, "left_semi").select(*seq_keys))
+        .distinct()
+        .withColumn("slow", F.lit(True))
+        .localCheckpoint()
+    )
+    routed = accepted_new.join(F.broadcast(slow_keys), seq_keys, "left")
+    fast = routed.where(F.col("slow").isNull()).drop("slow")
+    slow = routed.where(F.col("slow").isNotNull()).drop("slow")
+    arrived = old.join(F.broadcast(slow_keys), seq_keys, "left_semi").select(*columns).unionByName(slow)
+    untouched_pending = old.join(F.broadcast(slow_keys), seq_keys, "left_anti").select(*columns)
+    order = [F.col("is_new"), F.col("reported_at_ms"), F.col("chunk"), F.col("time_ms")]
+    by_chunk = Window.partitionBy(*seq_keys, "chunk").orderBy(*order)
+    by_last = Window.partitionBy(*seq_keys, "last_chunk").orderBy(*order)
+    by_seq = Window.partitionBy(*seq_keys)
+    if slow_keys.isEmpty():  # the common case: every sequence of the round takes the fast path
+        arrived = arrived.limit(0)
+    deduped = arrived.withColumn("dup", F.row_number().over(by_chunk) > 1)
+    first = deduped.where(~F.col("dup"))
+    lasts = first.withColumn("extra_last", F.col("last_chunk") & (F.row_number().over(by_last) > 1))
+    kept_last = lasts.withColumn(
+        "last_number", F.max(F.when(F.col("last_chunk") & ~F.col("extra_last"), F.col("chunk"))).over(by_seq)
+    )
+    decided = (
+        deduped.where(F.col("dup"))
+        .withColumn("reason", F.lit(Quarantine.DUPLICATE_CHUNK.value))
+        .withColumn("extra_last", F.lit(False))
+        .withColumn("last_number", F.lit(None).cast(LongType()))
+        .unionByName(
+            kept_last.withColumn(
+                "reason",
+                F.when(F.col("extra_last"), Quarantine.DUPLICATE_LAST_CHUNK.value).when(
+                    ~F.col("last_chunk") & (F.col("chunk") > F.col("last_number")), Quarantine.CHUNK_AFTER_LAST.value
+                ),
+            )
+        )
+        .drop("dup")
+        .localCheckpoint()
+    )
+    own_last = F.when(F.col("last_chunk"), F.col("chunk")).alias("last_number")
+    # the chunks that are not fast and survived: checked ones and the waiting ones of untouched sequences
+    others = (
+        decided.where(F.col("reason").isNull())
+        .select(*columns, "last_number")
+        .unionByName(untouched_pending.select(*columns, own_last))
+    )
+    other_sequences = others.groupBy(*seq_keys, "committed_seq").agg(
+        F.count("*").alias("chunks"), F.max("last_number").alias("last_number")
+    )
+    complete = (
+        other_sequences.where(F.col("last_number").isNotNull() & (F.col("chunks") == F.col("last_number")))
+        .select(*seq_keys, "committed_seq")
+        .unionByName(fast.select(*seq_keys, "committed_seq"))
+    )
+    # released = the complete sequences continuing the committed one without a gap: seq - rank == committed
+    rank = F.row_number().over(Window.partitionBy(*ORIGIN_KEYS).orderBy("seq"))
+    prefix_ends = (
+        complete.withColumn("gap", F.col("seq") - rank)
+        .where(F.col("gap") == F.col("committed_seq"))
+        .groupBy(*ORIGIN_KEYS)
+        .agg(F.max("seq").alias("prefix_end"))
+        .localCheckpoint()
+    )  # one row per origin that advanced
+    ends = F.broadcast(prefix_ends)
+    is_released = F.col("prefix_end").isNotNull() & (F.col("seq") <= F.col("prefix_end"))
+    progress_nulls = [F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS]
+    fast_marked = fast.join(ends, ORIGIN_KEYS, "left")
+    others_marked = others.join(ends, ORIGIN_KEYS, "left")
+    released_fast = fast_marked.where(is_released).select(
+        "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls, "wm_key"
+    )
+    released_rows = others_marked.where(is_released)
+    per_segment = (
+        released_rows.select(*seq_keys, F.explode("position").alias("segment_id", "offset"))
+        .groupBy(*seq_keys, "segment_id")
+        .agg(F.max("offset").alias("offset"))
+        .groupBy(*seq_keys)
+        .agg(F.map_from_entries(F.collect_list(F.struct("segment_id", "offset"))).alias("merged"))
+    )
+    released = (
+        released_rows.groupBy(*seq_keys)
+        .agg(
+            F.max("time_ms").alias("time_ms"),
+            F.max("reported_at_ms").alias("reported_at_ms"),
+            F.max((F.col("kind") == MarkKind.COMMIT.value).cast("int")).alias("has_commit"),
+        )
+        .join(per_segment, seq_keys, "left")
+        .select(
+            "stream",
+            "writer_id",
+            "time_ms",
+            F.coalesce("merged", F.create_map().cast(POSITION)).alias("position"),
+            F.when(F.col("has_commit") == 1, MarkKind.COMMIT.value).otherwise(MarkKind.NOTE.value).alias("kind"),
+            "reported_at_ms",
+            *progress_nulls,
+            "wm_key",
+        )
+        .unionByName(released_fast)
+    )
+    origins = (
+        origins0.join(prefix_ends, ORIGIN_KEYS, "full")
+        .select(
+            *ORIGIN_KEYS,
+            F.greatest(F.coalesce("committed_seq", F.lit(0)), F.coalesce("prefix_end", F.lit(0)))
+            .cast(LongType())
+            .alias("committed_seq"),
+        )
+        .where(F.col("committed_seq") > 0)
+    )
+    pending_columns = PENDING_STATE_SCHEMA.fieldNames()
+    pending = (
+        pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_anti")
+        .select(*pending_columns)
+        .unionByName(fast_marked.where(~is_released).select(*pending_columns))
+        .unionByName(others_marked.where(~is_released).select(*pending_columns))
+    )
+    as_mark: list[Column | str] = [
+        *[c for c in marks_columns if c not in ("origin_id", "wm_key")],
+        F.when(F.col("origin_id") != "", F.col("origin_id")).alias("origin_id"),
+        nullable_key(),
+        "reason",
+    ]
+    bad = (
+        locally_bad.select(*as_mark)
+        .unionByName(new.where(F.col("reason").isNotNull()).select(*as_mark))
+        .unionByName(decided.where(F.col("reason").isNotNull()).select(*as_mark))
+    )
+    return Progress(released, bad, touched.select(*KEYS), origins, pending)

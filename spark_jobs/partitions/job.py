@@ -1,0 +1,363 @@
+"""One incremental-partitions run: extract the plan's work units, quarantine bad rows, write each partition
+once, and return the manifest (``run``); ``main`` is the spark-submit entry point."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
+from airflow_provider_wm.core.partitions import DAY_MS, QuarantineReason
+from spark_jobs.common import (
+    active_session,
+    delete_path,
+    invalid_time,
+    parse_time,
+    path_exists,
+    read_dataset,
+    submit_main,
+    time_ms,
+)
+from spark_jobs.partitions.layout import (
+    LIST_FOLDERS_UP_TO,
+    PARTITION_COLUMNS,
+    ROW_ID,
+    UNKNOWN_UNIT_SAMPLES,
+    WORK_UNITS_SCHEMA,
+    Quarantined,
+    any_of,
+    load_transform,
+    merged_intervals,
+    read_filter,
+    with_row_ids,
+    work_unit_key,
+)
+
+__all__ = ["Job", "main", "run"]
+
+
+class Job:
+    """One execution of a plan: the read, the quarantine, the transformation and the writes, per batch of work
+    units. ``source`` is None for an existing source folder with no data file (a source without rows)."""
+
+    def __init__(self, spark: SparkSession, args: PartitionsRequest, units: list[dict[str, Any]]) -> None:
+        self.spark = spark
+        self.args = args
+        self.units = units
+        self.write_id = uuid.uuid4().hex
+        self.transform = load_transform(args)
+        self.quarantine_path = args.quarantine_path or f"{args.round_out}/quarantine"
+        if not path_exists(spark, args.source):
+            raise ValueError(f"source {args.source} does not exist (an empty folder is a source without rows)")
+        self.source = read_dataset(spark, args.source, args.source_format)
+        self.time_type: Any = None
+        if self.source is None:
+            return
+        missing = [
+            f"{argument}={name!r}"
+            for argument, name in (
+                ("time_column", args.time_column),
+                ("unit_column", args.unit_column),
+                ("source_partition_column", args.source_partition_column),
+            )
+            if name and name not in self.source.columns
+        ]
+        if missing:
+            raise ValueError(f"source {args.source} has no column {', '.join(missing)}; it has {self.source.columns}")
+        self.time_type = self.source.schema[args.time_column].dataType
+        parse_time(F.col(args.time_column), self.time_type, args.time_column)  # fails early on a bad type
+
+    def _work_units_frame(self, units: list[dict[str, Any]]) -> DataFrame:
+        rows = [
+            (
+                *work_unit_key(u),
+                int(u["partition_start"]),
+                int(u["partition_end"]),
+                int(u["range_start"]),
+                int(u["range_end"]),
+            )
+            for u in units
+        ]
+        return self.spark.createDataFrame(rows, WORK_UNITS_SCHEMA)
+
+    def quarantine_reason(self, intervals: list[tuple[int, int]]) -> Column:
+        """:func:`core.partitions.quarantine_reason` on the source's columns (null: a good row). Unit reasons
+        only when the request lists the pipeline's units, and only for times inside ``intervals``."""
+        args = self.args
+        raw = F.col(args.time_column)
+        millis = time_ms(raw, self.time_type, args.time_column)
+        reason = (
+            F.when(raw.isNull(), QuarantineReason.NULL_TIME.value)
+            .when(millis.isNull(), QuarantineReason.UNPARSEABLE_TIME.value)
+            .when(invalid_time(millis), QuarantineReason.TIME_OUT_OF_RANGE.value)
+        )
+        if args.unit_column and args.units is not None:
+            unit = F.col(args.unit_column).cast("string")
+            in_plan = any_of([(millis >= F.lit(a)) & (millis < F.lit(b)) for a, b in intervals])
+            known = unit.isin(list(args.units)) if args.units else F.lit(False)
+            reason = reason.when(in_plan & unit.isNull(), QuarantineReason.NULL_UNIT.value).when(
+                in_plan & ~known, QuarantineReason.UNKNOWN_UNIT.value
+            )
+        return reason
+
+    def rows(self, units: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
+        """(rows of ``units`` with their work-unit columns, bad rows with their ``reason``) from one filtered
+        read. Needs a source with rows (``self.source`` is not None)."""
+        assert self.source is not None, "a source without rows has no rows to read"
+        intervals = merged_intervals(units)
+        condition = read_filter(self.source, self.args, intervals)
+        frame = self.source if condition is None else self.source.where(condition)
+        frame = frame.withColumn("wm_reason", self.quarantine_reason(intervals))
+        bad = frame.where(F.col("wm_reason").isNotNull()).withColumnRenamed("wm_reason", "reason")
+        good = frame.where(F.col("wm_reason").isNull()).select(
+            *[F.col(c) for c in self.source.columns],
+            # guarded: a number far out of range would overflow the conversion
+            F.when(
+                F.col("wm_reason").isNull(),
+                parse_time(F.col(self.args.time_column), self.time_type, self.args.time_column),
+            ).alias("wm_time"),
+        )
+        days = self._work_units_frame(units).withColumn(
+            "wm_day",
+            F.explode(
+                F.sequence(F.floor(F.col("range_start_ms") / DAY_MS), F.floor((F.col("range_end_ms") - 1) / DAY_MS))
+            ),
+        )
+        good = good.withColumn("wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS))
+        keys = [good["wm_day"] == days["wm_day"]]
+        if self.args.unit_column:
+            keys.append(good[self.args.unit_column].cast("string") == days["wm_unit"])
+        millis = F.unix_millis(good["wm_time"])
+        joined = (
+            good.join(F.broadcast(days), on=keys)
+            .where((millis >= days["range_start_ms"]) & (millis < days["range_end_ms"]))
+            .drop(good["wm_day"])
+            .drop(days["wm_day"])
+        )
+        columns = [c for c in self.source.columns if c not in PARTITION_COLUMNS]
+        shaped = joined.select(
+            *[good[c] for c in columns],
+            good["wm_time"],
+            days["wm_partition"],
+            days["wm_unit"],
+            F.timestamp_millis(days["partition_start_ms"]).alias("wm_partition_start"),
+            F.timestamp_millis(days["partition_end_ms"]).alias("wm_partition_end"),
+            F.timestamp_millis(days["range_start_ms"]).alias("wm_range_start"),
+            F.timestamp_millis(days["range_end_ms"]).alias("wm_range_end"),
+        )
+        return shaped, bad
+
+    def rows_read(self) -> dict[tuple[str, str], int]:
+        if self.source is None:
+            return {}
+        rows, _ = self.rows(self.units)
+        counts = rows.groupBy(*PARTITION_COLUMNS).count().collect()  # one row per work unit of the plan: small
+        return {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counts}
+
+    def quarantine(self) -> Quarantined:
+        """Quarantine the bad rows no committed version holds yet, into this run's version (see the module's
+        docstring): each bad row is counted once, however many runs read it."""
+        version = self.args.version
+        existing = read_dataset(self.spark, self.quarantine_path)
+        stored_version = F.col("wm_version").cast("long")
+        seen_before: dict[str, int] = {}
+        samples: list[str] = []
+        parts: list[DataFrame] = []
+        if self.source is not None:
+            _, bad = self.rows(self.units)
+            bad = with_row_ids(bad, self.source.columns)
+            if existing is not None:
+                known = existing.where(stored_version < version).select(ROW_ID).distinct()
+                bad = bad.join(known.withColumn("wm_seen_before", F.lit(True)), on=ROW_ID, how="left").withColumn(
+                    "wm_seen_before", F.coalesce("wm_seen_before", F.lit(False))
+                )
+            else:
+                bad = bad.withColumn("wm_seen_before", F.lit(False))
+            bad = bad.localCheckpoint(eager=True)  # the one scan of this run's bad rows (few): read three times below
+            counts = bad.groupBy("reason", "wm_seen_before").count().collect()  # <= 2 rows per reason: small
+            seen_before = {r["reason"]: int(r["count"]) for r in counts if r["wm_seen_before"]}
+            if self.args.unit_column:
+                unknown = bad.where(F.col("reason") == QuarantineReason.UNKNOWN_UNIT.value)
+                values = unknown.select(F.col(self.args.unit_column).cast("string").alias("unit")).distinct()
+                samples = sorted(r["unit"] for r in values.limit(UNKNOWN_UNIT_SAMPLES).collect())  # a few values
+            parts.append(
+                bad.where(~F.col("wm_seen_before"))
+                .drop("wm_seen_before")
+                .withColumn("wm_run_id", F.lit(self.args.run_id))
+            )
+        if existing is not None:  # what earlier attempts of this run found (another run's are a failed run's)
+            parts.append(
+                existing.where((stored_version == version) & (F.col("wm_run_id") == self.args.run_id)).drop(
+                    "wm_version"
+                )
+            )
+        new_counts = self._replace_version(parts, version) if parts else {}
+        if not new_counts:
+            delete_path(self.spark, f"{self.quarantine_path}/wm_version={version}")
+        return Quarantined(new_counts, seen_before, samples)
+
+    def _replace_version(self, parts: list[DataFrame], version: int) -> dict[str, int]:
+        """Write the union of ``parts`` (one row per ``wm_row_id``) as the quarantine's ``wm_version=<version>``;
+        returns its rows by reason (nothing is written when there are none)."""
+        this_run = parts[0]
+        for part in parts[1:]:
+            this_run = this_run.unionByName(part, allowMissingColumns=True)
+        # materialised before the write replaces the very folder part of it comes from
+        this_run = this_run.dropDuplicates([ROW_ID]).localCheckpoint(eager=True)
+        counted = this_run.groupBy("reason").count().collect()  # one row per reason: small
+        if counted:
+            this_run.withColumn("wm_version", F.lit(version)).write.mode("overwrite").partitionBy("wm_version").parquet(
+                self.quarantine_path
+            )
+        return {r["reason"]: int(r["count"]) for r in counted}
+
+    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, set[tuple[str, str]]]:
+        """The rows to write for ``units`` (None: none) and the units among them that keep earlier rows."""
+        out: DataFrame | None = None
+        if self.source is not None:
+            rows, _ = self.rows(units)
+            out = self.transform(self.spark, rows)
+            lacking = [c for c in PARTITION_COLUMNS if c not in out.columns]
+            if lacking:
+                raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
+            out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
+        partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
+        previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
+        if previous is None:
+            return out, set()
+        kept = self._kept_rows(previous, partial, previous.columns if out is None else out.columns)
+        keeping_units = kept.select(*PARTITION_COLUMNS).distinct()
+        keeping = {
+            (r["wm_partition"], r["wm_unit"])
+            for r in keeping_units.collect()  # one row per partial unit: small
+        }
+        return (kept if out is None else out.unionByName(kept)), keeping
+
+    def _unit_outputs(self, keys: set[tuple[str, str]]) -> DataFrame | None:
+        """The target's current output of these work units (None when there is none). For a few units only
+        their folders are listed: the target grows by a folder per work unit, and listing all of it would
+        cost more than a small run's work."""
+        if not path_exists(self.spark, self.args.target):
+            return None
+        if len(keys) > LIST_FOLDERS_UP_TO:
+            partitions = sorted({partition for partition, _ in keys})
+            return self.spark.read.parquet(self.args.target).where(F.col("wm_partition").isin(partitions))
+        folders = [f"{self.args.target}/wm_partition={p}/wm_unit={u}" for p, u in sorted(keys)]
+        existing = [folder for folder in folders if path_exists(self.spark, folder)]
+        if not existing:
+            return None
+        return self.spark.read.option("basePath", self.args.target).parquet(*existing)
+
+    def _kept_rows(self, previous: DataFrame, partial: list[dict[str, Any]], columns: list[str]) -> DataFrame:
+        """Earlier output of partially re-executed units, before their range start (kept, not re-read)."""
+        if self.args.time_column not in columns:
+            raise ValueError(
+                f"work units re-execute over a partial range (grace/abstinent inside a partition), so the "
+                f"transformation's output must keep time_column={self.args.time_column!r} to keep their "
+                f"earlier rows; it has {columns}"
+            )
+        ranges = self._work_units_frame(partial).select(*PARTITION_COLUMNS, "range_start_ms")
+        kept_time = parse_time(
+            previous[self.args.time_column], previous.schema[self.args.time_column].dataType, self.args.time_column
+        )
+        kept = (
+            previous.join(F.broadcast(ranges), on=list(PARTITION_COLUMNS))
+            .where(F.unix_millis(kept_time) < F.col("range_start_ms"))
+            .select(*columns)
+        )
+        # materialised before the write replaces the very files it comes from
+        return kept.localCheckpoint(eager=True)
+
+    def write(self, units: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+        """Write ``units`` (dynamic overwrite); returns rows written per unit, removing stale outputs."""
+        out, keeping = self._output(units)
+        if out is not None:
+            out.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
+        keys = {work_unit_key(u) for u in units}
+        outputs = self._unit_outputs(keys)
+        written = (
+            []
+            if outputs is None
+            else outputs.where(F.col("wm_write_id") == self.write_id)
+            .groupBy(*PARTITION_COLUMNS)
+            .count()
+            .collect()  # one row per work unit of the batch: small
+        )
+        counts = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in written}
+        for key in keys - set(counts) - keeping:  # executed, no rows now nor kept: its previous output is stale
+            delete_path(self.spark, f"{self.args.target}/wm_partition={key[0]}/wm_unit={key[1]}")
+        return {key: counts.get(key, 0) for key in keys}
+
+    def execute(self, units: list[dict[str, Any]], outcomes: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """Write ``units``; on failure split the batch in halves until the failing units are isolated."""
+        try:
+            counts = self.write(units)
+        except Exception as exc:
+            if len(units) == 1:
+                outcomes[work_unit_key(units[0])] = {
+                    "status": "failed",
+                    "rows_written": 0,
+                    "error": f"{type(exc).__name__}: {exc}"[:2000],
+                }
+                return
+            middle = len(units) // 2
+            self.execute(units[:middle], outcomes)
+            self.execute(units[middle:], outcomes)
+            return
+        for key, count in counts.items():
+            outcomes[key] = {"status": "succeeded", "rows_written": count, "error": None}
+
+
+def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    units: list[dict[str, Any]] = [u.to_json() for u in args.work_units]
+    if not units:
+        return PartitionsManifest(pipeline=args.pipeline, run_id=args.run_id)
+    job = Job(spark, args, units)
+    read_counts = job.rows_read()
+    quarantined = job.quarantine()
+    outcomes: dict[tuple[str, str], dict[str, Any]] = {}
+    job.execute(sorted(units, key=lambda u: (int(u["partition_start"]), str(u["unit"]))), outcomes)
+    entries = []
+    for u in units:
+        key = work_unit_key(u)
+        entries.append({**u, "wm_partition": key[0], "rows_read": read_counts.get(key, 0), **outcomes[key]})
+    failed = sum(e["status"] == "failed" for e in entries)
+    manifest = {
+        "job": "incremental_partitions",
+        "pipeline": args.pipeline,
+        "run_id": args.run_id,
+        "status": "partial" if failed else "succeeded",
+        "work_units": entries,
+        "quarantine": quarantined.new,
+        "quarantine_seen_before": quarantined.seen_before,
+        "unknown_unit_samples": quarantined.unknown_unit_samples,
+        "quarantine_path": job.quarantine_path,
+        "totals": {
+            "work_units": len(entries),
+            "failed": failed,
+            "rows_read": sum(e["rows_read"] for e in entries),
+            "rows_written": sum(e["rows_written"] for e in entries),
+            "quarantined": sum(quarantined.new.values()),
+            "quarantined_seen_before": sum(quarantined.seen_before.values()),
+        },
+        "write_id": job.write_id,
+    }
+    return PartitionsManifest.from_json(manifest)
+
+
+def run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
+    """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
+    with active_session(spark):
+        return _run(spark, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``incremental_partitions.py <request.json URL>`` (spark-submit); the manifest goes to ``round_out``."""
+    return submit_main(PartitionsRequest, run, argv)

@@ -1,0 +1,172 @@
+"""Where an incremental-partitions run reads and writes: the hive folders of a work unit, the read filter that
+prunes the source to the plan's ranges, the user's transform, and the row ids of the quarantine."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DateType,
+    IntegralType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from airflow_provider_wm.contracts import PartitionsRequest
+from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
+
+__all__ = [
+    "LIST_FOLDERS_UP_TO",
+    "PARTITION_COLUMNS",
+    "ROW_ID",
+    "UNKNOWN_UNIT_SAMPLES",
+    "WORK_UNITS_SCHEMA",
+    "Quarantined",
+    "load_transform",
+    "merged_intervals",
+    "partition_key",
+    "read_filter",
+    "unit_key",
+    "with_row_ids",
+    "work_unit_key",
+]
+
+
+PARTITION_COLUMNS = ("wm_partition", "wm_unit")
+
+ROW_ID = "wm_row_id"
+"""The quarantine's key of a bad row: SHA-256 of the row's columns as JSON, ``-<n>`` for its n-th identical copy."""
+
+UNKNOWN_UNIT_SAMPLES = 5
+
+LIST_FOLDERS_UP_TO = 64
+"""Up to this many work units, the job reads their output folders directly instead of listing the target."""
+
+WORK_UNITS_SCHEMA = StructType(
+    [
+        StructField("wm_partition", StringType(), False),
+        StructField("wm_unit", StringType(), False),
+        StructField("partition_start_ms", LongType(), False),
+        StructField("partition_end_ms", LongType(), False),
+        StructField("range_start_ms", LongType(), False),
+        StructField("range_end_ms", LongType(), False),
+    ]
+)
+
+
+def partition_key(start_ms: int) -> str:
+    """The target's partition value of a partition start: ``20200101T000000Z`` (UTC, path-safe)."""
+    return dt.datetime.fromtimestamp(start_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def unit_key(unit: str) -> str:
+    """The target's ``wm_unit`` value: the unit, or ``-`` for a pipeline without units (Spark cannot
+    partition by an empty string)."""
+    return unit or "-"
+
+
+def work_unit_key(unit: dict[str, Any]) -> tuple[str, str]:
+    return partition_key(int(unit["partition_start"])), unit_key(str(unit["unit"]))
+
+
+def merged_intervals(units: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The union of the units' ranges as few disjoint intervals (the read filter stays short)."""
+    spans = sorted((int(u["range_start"]), int(u["range_end"])) for u in units)
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _utc(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tuple[int, int]]) -> Column | None:
+    """Partition pruning and predicate pushdown for ``intervals``; rows whose time is null or outside the valid
+    range stay in (quarantine)."""
+    conditions: list[Column] = []
+    if args.source_partition_column:
+        # partition values are dates in some zone: a day of margin on each side, the exact filter comes later
+        day = dt.timedelta(days=1)
+        pcol = F.col(args.source_partition_column).cast("date")
+        windows = [
+            (pcol >= F.lit((_utc(a) - day).date())) & (pcol <= F.lit((_utc(b) + day).date())) for a, b in intervals
+        ]
+        conditions.append(any_of(windows))
+    raw_type = source.schema[args.time_column].dataType
+    raw = F.col(args.time_column)
+    if isinstance(raw_type, (TimestampType, TimestampNTZType)):
+        bounds = [(raw >= F.lit(_utc(a))) & (raw < F.lit(_utc(b))) for a, b in intervals]
+        out_of_range = (raw < F.lit(_utc(MIN_TIME_MS))) | (raw > F.lit(_utc(MAX_TIME_MS)))
+    elif isinstance(raw_type, DateType):
+        bounds = [(raw >= F.lit(_utc(a).date())) & (raw <= F.lit(_utc(b).date())) for a, b in intervals]
+        out_of_range = (raw < F.lit(_utc(MIN_TIME_MS).date())) | (raw > F.lit(_utc(MAX_TIME_MS).date()))
+    elif isinstance(raw_type, IntegralType):
+        bounds = [(raw >= F.lit(a)) & (raw < F.lit(b)) for a, b in intervals]
+        out_of_range = (raw < F.lit(MIN_TIME_MS)) | (raw > F.lit(MAX_TIME_MS))
+    else:
+        bounds = []
+    if bounds:
+        conditions.append(raw.isNull() | out_of_range | any_of(bounds))
+    if not conditions:
+        return None
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result & condition
+    return result
+
+
+def any_of(conditions: list[Column]) -> Column:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result | condition
+    return result
+
+
+def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame], DataFrame]:
+    """The user's transformation: SQL over the view ``source``, or ``package.module:function``."""
+    if args.transform_sql:
+        statement = args.transform_sql
+
+        def run_sql(spark: SparkSession, frame: DataFrame) -> DataFrame:
+            frame.createOrReplaceTempView("source")
+            return spark.sql(statement)
+
+        return run_sql
+    if args.transform_callable:
+        module_name, _, function_name = args.transform_callable.replace(":", ".").rpartition(".")
+        function = getattr(importlib.import_module(module_name), function_name)
+        return lambda _spark, frame: function(frame)
+    return lambda _spark, frame: frame
+
+
+class Quarantined(NamedTuple):
+    """A run's quarantine by reason: ``new`` (quarantined first by this run, over all its attempts),
+    ``seen_before`` (read again, held by an earlier version), and a few unknown unit values."""
+
+    new: dict[str, int]
+    seen_before: dict[str, int]
+    unknown_unit_samples: list[str]
+
+
+def with_row_ids(rows: DataFrame, columns: list[str]) -> DataFrame:
+    """``rows`` with ``wm_row_id``: the SHA-256 of the row's ``columns`` as JSON, ``-<n>`` for the n-th of
+    identical rows (so two identical bad rows are two rows). Example: the row ``id="c", region="eu",
+    ts=null`` gets ``sha2('{"id":"c","region":"eu"}', 256) || "-1"`` (JSON leaves nulls out)."""
+    digest = F.sha2(F.to_json(F.struct(*[F.col(c) for c in columns])), 256)
+    hashed = rows.withColumn(ROW_ID, digest)
+    copy = F.row_number().over(Window.partitionBy(ROW_ID).orderBy(ROW_ID))
+    return hashed.withColumn(ROW_ID, F.concat_ws("-", F.col(ROW_ID), copy.cast("string")))

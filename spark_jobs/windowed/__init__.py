@@ -1,0 +1,53 @@
+"""Spark job: one run of a windowed aggregate (Apex), DataFrame-native.
+
+The rules are those of :mod:`airflow_provider_wm.core.windowing` (the reference); a differential test feeds
+random runs to both and requires identical panes.
+
+A run reads a request (JSON, written by the operator) and:
+
+1. reads the events that arrived since the previous run: ``arrival_from < arrival <= arrival_until`` on the
+   arrival column (a filter on a partition column prunes partitions), and the rows whose arrival is null,
+   unparseable or not a valid time (rule 0 of :mod:`~airflow_provider_wm.core.windowing`,
+   :func:`~airflow_provider_wm.core.windowing.read_by_run`); a missing events path or a folder with no data
+   file yet is a run with no events; a merge of several ``inputs`` reads each one so and unions them, each
+   input's columns prefixed with its name (:func:`merge_inputs`);
+2. classifies each row: ``INVALID_ARRIVAL`` (see below), ``INVALID_EVENT_TIME`` (a null, unparseable or
+   out-of-range time, :func:`~spark_jobs.common.invalid_time`), ``TOO_LATE`` (``t < W_prev - L``), or
+   accepted; and, in the same aggregation, computes the partial aggregates per ``(keys, window)`` of the
+   accepted events (tumbling and sliding windows by arithmetic, ``explode`` for the slides, Spark's
+   ``session_window`` for sessions, one window for global). No window arithmetic is evaluated on a row
+   that is not accepted, so a time such as ``2**63 - 1`` cannot overflow;
+3. writes the late and invalid rows (original columns + ``reason``) only when there are any;
+4. merges the partials with the stored open windows (a union and a group-by; sessions first merge
+   overlapping intervals per key with window functions), decides each window's firing row by row, and
+   writes the panes (with retraction rows) and the next state (open windows, a versioned snapshot);
+5. writes ``manifest.json`` atomically last: panes by timing, events read, too-late and invalid counts,
+   the new watermark and the highest event time seen.
+
+Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
+or re-run task replaces its own rows. The state is written to a new folder per version.
+
+**Rows without a usable arrival.** A row whose arrival column is null, unparseable or outside the valid time
+range can never fall in a run's ``(arrival_from, arrival_until]``: a filter on the range alone would drop it
+silently, forever. So every run also reads those rows (``OR arrival IS NULL`` and the out-of-range bounds are
+part of the filter pushed down to Parquet, whose row-group statistics skip the groups without any: about no
+cost while there are none), quarantines them with reason ``INVALID_ARRIVAL`` in its own ``wm_run`` partition of
+the late output and counts them (``totals.invalid_arrival``, not part of ``events_read``); the operator logs a
+warning naming the column. They are not aggregated and do not move the highest event time. Such a row stays in
+the source, so it is reported again by every run until it is fixed or removed there: the count is "rows in the
+source that no run can read", a standing alarm, not this run's share. Reading each such row exactly once would
+need a record of what was reported (a row has no identity but its file and position, and a rewritten file
+changes both), or the file's modification time as its arrival, which loses rows of a file that becomes visible
+after a run covering its time; a repeated report is preferred to a silent loss.
+
+A rollup (``spec.upstream``, window propagation) reads the upstream's pane rows of the upstream versions
+``arrival_from < wm_run <= arrival_until`` instead of events (:meth:`Job.rollup_partials`): it keeps the
+live pane of each upstream window in a second snapshot (``live_out``), recomputes the partials of the windows
+that got rows from their live panes, and the windows replace their stored partials; steps 4 and 5 follow.
+"""
+
+from __future__ import annotations
+
+from spark_jobs.windowed.job import Job, main, run, run_request
+
+__all__ = ["Job", "main", "run", "run_request"]

@@ -1,0 +1,129 @@
+"""What every step of a windowed-aggregate run shares: the request's spec and cut-offs (:class:`JobBase`),
+the partial-aggregate columns of the spec's aggregates, and the job's column names."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_wm.contracts import WindowedRequest
+from airflow_provider_wm.core.windowing import (
+    Aggregate,
+    AggregationSpec,
+    SqlAggregate,
+)
+
+RUN_PARTITION = "wm_run"
+_SESSION_PARKING_MS = -(2**45)
+"""Where too-late and invalid events sit in the session scan: about 1,100 years before any valid time."""
+INVALID_ARRIVAL_FLAG = "wm_invalid_arrival"
+"""Per row read: whether its arrival is null, unparseable or out of range (rule 0: read by every run)."""
+STATE_FLAGS = ("pending", "on_time_fired", "last_pane", "owed")
+"""Per window, after its keys, bounds and partials: events since its last firing, whether it fired ON_TIME, its
+last pane and the panes it owes retractions for (rule 4)."""
+JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG)
+"""What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
+LIVE_META = ("pane_index", "retraction", "upstream_run")
+"""Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
+
+
+def is_open(window_end: Column, horizon: int | None) -> Column:
+    """``core.windowing.is_open``: a window still takes data while it ends after the horizon ``W - L``."""
+    return F.lit(True) if horizon is None else window_end > F.lit(horizon)
+
+
+def checkpoint_with_totals(frame: DataFrame, *totals: Column) -> tuple[DataFrame, Row]:
+    """``frame`` materialised once (``localCheckpoint``) and its totals, aggregated from the checkpoint.
+
+    Not ``observe``: over Spark Connect a checkpoint does not report observed metrics (pyspark 4.2), and the
+    aggregation reads the checkpoint's blocks, not the input again.
+    """
+    checkpoint = frame.localCheckpoint()
+    row = checkpoint.agg(*totals).first()
+    assert row is not None  # an aggregation without grouping has one row
+    return checkpoint, row
+
+
+class JobBase:
+    """A run over a request: the spec, the keys and the cut-offs; the partial aggregates of the spec."""
+
+    def __init__(self, spark: SparkSession, request: WindowedRequest) -> None:
+        self.spark = spark
+        self.request = request
+        self.spec = AggregationSpec.from_json(request.spec)
+        self.keys = list(self.spec.keys)
+        self.run_id = request.run_id
+        self.version = request.version
+        self.previous_watermark: int | None = request.previous_watermark_ms
+        self.previous_max_event: int | None = request.previous_max_event_time_ms
+        self.source_watermark: int | None = request.source_watermark_ms
+
+    def partial_columns(self) -> list[str]:
+        names: list[str] = []
+        for agg in self.spec.aggregates:
+            if isinstance(agg, Aggregate) and agg.function == "avg":
+                names += [f"p_{agg.name}_sum", f"p_{agg.name}_count"]
+            else:
+                names.append(f"p_{agg.name}")
+        return names
+
+    def partial_exprs(self, counted: Column | None = None) -> list[Column]:
+        """Aggregates over accepted events: one partial column (two for avg) per aggregate. ``count(*)``
+        counts the rows where ``counted`` holds (default: all)."""
+        exprs: list[Column] = []
+        for agg in self.spec.aggregates:
+            if isinstance(agg, SqlAggregate):
+                exprs.append(F.expr(agg.partial).alias(f"p_{agg.name}"))
+            elif agg.function == "count":
+                row = F.lit(1) if counted is None else F.when(counted, 1)
+                exprs.append(F.count(F.col(agg.column) if agg.column else row).alias(f"p_{agg.name}"))
+            elif agg.function == "avg":
+                exprs += [
+                    F.sum(str(agg.column)).alias(f"p_{agg.name}_sum"),
+                    F.count(str(agg.column)).alias(f"p_{agg.name}_count"),
+                ]
+            else:
+                function = {"sum": F.sum, "min": F.min, "max": F.max}[agg.function]
+                exprs.append(function(str(agg.column)).alias(f"p_{agg.name}"))
+        return exprs
+
+    def merge_exprs(self) -> list[Column]:
+        """Aggregates over partials (stored and new) into one partial per window."""
+        exprs: list[Column] = []
+        for agg in self.spec.aggregates:
+            name = f"p_{agg.name}"
+            if isinstance(agg, SqlAggregate):
+                exprs.append(F.expr(agg.merge.format(partial=f"`{name}`")).alias(name))
+            elif agg.function == "avg":
+                exprs += [F.sum(f"{name}_sum").alias(f"{name}_sum"), F.sum(f"{name}_count").alias(f"{name}_count")]
+            else:
+                function = {"count": F.sum, "sum": F.sum, "min": F.min, "max": F.max}[agg.function]
+                exprs.append(function(name).alias(name))
+        return exprs
+
+    def empty_partials(self, like: DataFrame) -> list[Column]:
+        """DISCARDING resets a fired window to these: count 0, everything else null."""
+        columns: list[Column] = []
+        for name in self.partial_columns():
+            counting = name.endswith("_count") or any(
+                isinstance(a, Aggregate) and a.function == "count" and name == f"p_{a.name}"
+                for a in self.spec.aggregates
+            )
+            value = F.lit(0) if counting else F.lit(None)
+            columns.append(value.cast(like.schema[name].dataType).alias(name))
+        return columns
+
+    def final_values(self) -> Column:
+        """The pane's values, as a struct named after the aggregates."""
+        fields: list[Column] = []
+        for agg in self.spec.aggregates:
+            name = f"p_{agg.name}"
+            if isinstance(agg, SqlAggregate):
+                value = F.expr(agg.final.format(partial=f"`{name}`"))
+            elif agg.function == "avg":
+                count = F.col(f"{name}_count")
+                value = F.when(count > 0, F.col(f"{name}_sum").cast("double") / count)
+            else:
+                value = F.col(name)
+            fields.append(value.alias(agg.name))
+        return F.struct(*fields)

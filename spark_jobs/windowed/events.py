@@ -1,0 +1,218 @@
+"""Steps 1-2 of a run: read the events that arrived since the previous run (and those no run's range can
+hold), classify each row (invalid, too late, accepted: ``core.windowing.too_late_reason``) and aggregate the
+accepted ones per (keys, window)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegralType, TimestampType
+
+from airflow_provider_wm.contracts import WindowedInput
+from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
+from airflow_provider_wm.core.windowing import (
+    ROW_COLUMN,
+    TOO_LATE_REASONS,
+    LateData,
+    LateReason,
+    input_column,
+)
+from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
+from spark_jobs.common import invalid_time, read_dataset, time_ms
+from spark_jobs.windowed.base import _SESSION_PARKING_MS, INVALID_ARRIVAL_FLAG, JOB_COLUMNS, JobBase, is_open
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Column:
+    """The arrival range, or an arrival that is null or out of the valid range (rule 0), as comparisons of the
+    raw column with literals, which Parquet can push down to skip row groups by their min/max and null-count
+    statistics (the exact filter on the parsed time follows it; this one only needs to keep every row it
+    keeps)."""
+
+    def literal(ms: int) -> Any:
+        return _EPOCH + dt.timedelta(milliseconds=ms) if isinstance(data_type, TimestampType) else ms  # exact
+
+    if not isinstance(data_type, TimestampType | IntegralType):
+        return F.lit(True)
+    in_range = raw <= F.lit(literal(until))
+    if since is not None:
+        in_range = in_range & (raw > F.lit(literal(since)))
+    out_of_range = (raw < F.lit(literal(MIN_TIME_MS))) | (raw > F.lit(literal(MAX_TIME_MS)))
+    return in_range | raw.isNull() | out_of_range
+
+
+class Events(JobBase):
+    """Reading and classifying events, and their partial aggregates per window."""
+
+    def read_events(self, source: WindowedInput | None = None) -> DataFrame | None:
+        """The run's events of the request's input (or of one of its ``inputs``), with ``wm_t``, their time in
+        epoch ms, and ``INVALID_ARRIVAL_FLAG`` (rule 0: the rows whose arrival no run's range can hold are read
+        too, see the module docstring); ``None`` when there is no data (no path, or a folder with no data file).
+        """
+        request = self.request
+        if source is None:
+            if request.events is None or request.event_time is None:
+                raise ValueError("the request names no events and no event_time")
+            source = WindowedInput(
+                "", request.events, request.event_time, request.arrival_column, request.events_format
+            )
+        events = read_dataset(self.spark, source.events, source.events_format)
+        if events is None:
+            return None
+        schema = events.schema  # one round trip for the checks below
+        arrival_column = source.arrival_column
+        invalid_arrival: Column = F.lit(False)
+        if arrival_column:
+            if arrival_column not in schema.names:
+                raise ValueError(f"arrival_column={arrival_column!r} is not a column of {source.events}")
+            raw_type = schema[arrival_column].dataType
+            until, since = request.arrival_until_ms, request.arrival_from_ms
+            arrival = time_ms(F.col(arrival_column), raw_type, arrival_column)
+            invalid_arrival = invalid_time(arrival)
+            in_range = arrival <= F.lit(until)
+            if since is not None:
+                in_range = in_range & (arrival > F.lit(int(since)))
+            pushed = _pushable(F.col(arrival_column), raw_type, since, until)
+            events = events.where(pushed).where(in_range | invalid_arrival)
+        name = source.event_time
+        missing = [c for c in [name, *self.keys] if c not in schema.names]
+        if missing:
+            raise ValueError(f"events {source.events} lack the columns {missing}; they have {schema.names}")
+        return events.withColumn("wm_t", time_ms(F.col(name), schema[name].dataType, name)).withColumn(
+            INVALID_ARRIVAL_FLAG, invalid_arrival
+        )
+
+    def read_merged_events(self) -> DataFrame | None:
+        """The events of every input (:func:`merge_inputs`): keys as they are, every other column prefixed with
+        the input's name, plus the input's row marker; ``None`` when no input has any."""
+        frames = []
+        for source in self.request.inputs or []:
+            events = self.read_events(source)
+            if events is None:
+                continue
+            name = source.name
+            frames.append(
+                events.select(
+                    *self.keys,
+                    *[
+                        F.col(c).alias(input_column(name, c))
+                        for c in events.columns
+                        if c not in (*self.keys, *JOB_COLUMNS)
+                    ],
+                    F.lit(1).alias(input_column(name, ROW_COLUMN)),
+                    *JOB_COLUMNS,
+                )
+            )
+        if not frames:
+            return None
+        merged = frames[0]
+        for frame in frames[1:]:
+            merged = merged.unionByName(frame, allowMissingColumns=True)
+        return merged
+
+    def classified(self, events: DataFrame) -> DataFrame:
+        """The rows with ``wm_reason`` (null: accepted): ``INVALID_ARRIVAL`` (rule 0), then from their time
+        ``wm_t`` ``INVALID_EVENT_TIME`` (``not is_valid_time_ms``: rule 1) or ``TOO_LATE`` (rule 2). The first
+        matching condition wins, so later steps only see valid times of accepted events."""
+        t = F.col("wm_t")
+        reason = F.when(F.col(INVALID_ARRIVAL_FLAG), LateReason.INVALID_ARRIVAL.value).when(
+            invalid_time(t), LateReason.INVALID_EVENT_TIME.value
+        )
+        if self.horizon is not None:
+            late_reason = (
+                LateReason.TOO_LATE if self.spec.late_data is LateData.EVENT_TIME else LateReason.WINDOW_CLOSED
+            )
+            reason = reason.when(self.too_late(t, self.horizon), late_reason.value)
+        return events.withColumn("wm_reason", reason)
+
+    @property
+    def horizon(self) -> int | None:
+        """``W_prev - L``: the horizon of rule 2 (``None`` before the first watermark)."""
+        if self.previous_watermark is None:
+            return None
+        return self.previous_watermark - self.spec.allowed_lateness_ms
+
+    def too_late(self, t: Column, horizon: int) -> Column:
+        """``core.windowing.too_late_reason`` for a valid time ``t``. ``EVENT_TIME``: ``t < H``. ``WINDOW_END``:
+        the event's last window (the one that ends latest) has closed, ``end <= H``, so all of them have."""
+        window = self.spec.output_window
+        if self.spec.late_data is LateData.EVENT_TIME:
+            return t < F.lit(horizon)
+        if isinstance(window, Tumbling):
+            last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms)) + F.lit(window.size_ms)
+        elif isinstance(window, Sliding):
+            last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms)) + F.lit(window.size_ms)
+        else:  # the global window never closes; the spec refuses sessions under WINDOW_END
+            return F.lit(False)
+        return ~is_open(last_end, horizon)
+
+    def new_partials(self, classified: DataFrame) -> DataFrame:
+        """Per ``(keys, window_start, window_end)``: partials, events (``wm_events``: the window's pending count),
+        rows read (``wm_rows``: a sliding event counts in its first window only), too-late and invalid rows, and
+        the highest time.
+
+        Too-late and invalid rows are grouped apart from the accepted ones (their window is null, or for
+        sessions far before any valid time) so the same scan counts them; their groups have a null window.
+        Window arithmetic sits under ``when(accepted, ...)``: it is never evaluated on an invalid time.
+        """
+        window = self.spec.output_window
+        t, reason = F.col("wm_t"), F.col("wm_reason")
+        accepted = reason.isNull()
+        groups: list[Column | str] = list(self.keys)
+        frame = classified
+        first_copy: Column = F.lit(True)  # each row read counts once in the totals, a sliding one in its first window
+        if isinstance(window, Session):
+            # session_window drops rows without a time: the others get one far before any valid time
+            ts = F.timestamp_millis(F.when(accepted, t).otherwise(F.lit(_SESSION_PARKING_MS)))
+            groups.append(F.session_window(ts, f"{window.gap_ms} milliseconds").alias("wm_session"))
+            starts = F.unix_millis(F.col("wm_session.start"))
+            ends = F.unix_millis(F.col("wm_session.end"))
+        else:
+            if isinstance(window, Tumbling):
+                start = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms))
+                size = window.size_ms
+            elif isinstance(window, Sliding):
+                last = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms))
+                slides = F.when(accepted, F.sequence(F.lit(0), F.lit(window.windows_per_event - 1)))
+                frame = frame.withColumn("wm_k", F.explode_outer(slides))
+                first_copy = F.col("wm_k").isNull() | (F.col("wm_k") == 0)
+                start = last - F.col("wm_k") * F.lit(window.slide_ms)
+                size = window.size_ms
+            elif isinstance(window, Global):
+                start, size = F.lit(GLOBAL_START), 0
+            else:  # pragma: no cover - the spec validates the kinds
+                raise ValueError(f"unknown window {window!r}")
+            frame = frame.withColumn("wm_start", F.when(accepted, start))
+            if isinstance(window, Sliding) and self.spec.late_data is LateData.WINDOW_END and self.horizon is not None:
+                # core.windowing.is_open: an accepted event counts only in its windows that have not closed
+                # (its last window, wm_k = 0, always is)
+                frame = frame.where(F.col("wm_start").isNull() | is_open(F.col("wm_start") + F.lit(size), self.horizon))
+            groups.append("wm_start")
+            starts = F.col("wm_start")
+            ends = F.lit(GLOBAL_END) if isinstance(window, Global) else F.col("wm_start") + F.lit(size)
+        aggregated = frame.groupBy(*groups).agg(
+            *self.partial_exprs(),
+            F.count(F.lit(1)).alias("wm_events"),
+            F.count(F.when(first_copy, 1)).alias("wm_rows"),
+            F.count(F.when(reason.isin(*TOO_LATE_REASONS), 1)).alias("wm_too_late"),
+            F.count(F.when(reason == LateReason.INVALID_EVENT_TIME.value, 1)).alias("wm_invalid"),
+            F.count(F.when(reason == LateReason.INVALID_ARRIVAL.value, 1)).alias("wm_invalid_arrival"),
+            F.max(F.when(reason.isNull() | reason.isin(*TOO_LATE_REASONS), t)).alias("wm_max_t"),
+        )
+        is_accepted_group = F.col("wm_too_late") + F.col("wm_invalid") + F.col("wm_invalid_arrival") == 0
+        return aggregated.select(
+            *self.keys,
+            F.when(is_accepted_group, starts.cast("long")).alias("window_start"),
+            F.when(is_accepted_group, ends.cast("long")).alias("window_end"),
+            *self.partial_columns(),
+            "wm_events",
+            "wm_rows",
+            "wm_too_late",
+            "wm_invalid",
+            "wm_invalid_arrival",
+            "wm_max_t",
+        )

@@ -1,0 +1,215 @@
+"""Steps 4-5 of a run (rules 4-7 of ``core.windowing``): merge the new partials with the stored windows,
+decide each window's firing, and build the panes (with retractions) and the next state."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from airflow_provider_wm.core.windowing import (
+    Accumulation,
+    Timing,
+)
+from spark_jobs.common import path_exists
+from spark_jobs.windowed.base import STATE_FLAGS, is_open
+from spark_jobs.windowed.rollup import Rollup
+
+
+class Firing(Rollup):
+    """Combining, firing and purging windows."""
+
+    def read_state(self) -> DataFrame | None:
+        state_in = self.request.state_in
+        if not state_in or not path_exists(self.spark, state_in):
+            return None
+        state = self.spark.read.parquet(state_in)
+        if "dirty" in state.columns and "pending" not in state.columns:  # written before count triggers
+            state = state.withColumn("dirty", F.col("dirty").cast("long")).withColumnRenamed("dirty", "pending")
+            state = state.select(*[c for c in state.columns if c not in STATE_FLAGS], *STATE_FLAGS)
+        expected = [*self.keys, "window_start", "window_end", *self.partial_columns(), *STATE_FLAGS]
+        if state.columns != expected:
+            raise ValueError(
+                f"state {state_in} has columns {state.columns}, expected {expected}: the aggregate's spec changed; "
+                "start a new pipeline name (or delete its state) to change keys or aggregates"
+            )
+        return state
+
+    def with_fresh_flags(self, partials: DataFrame) -> DataFrame:
+        values = partials.select(self.final_values().alias("v")).schema["v"].dataType
+        assert isinstance(values, StructType)
+        pane = self.pane_struct_type(values)
+        return partials.select(
+            *self.keys,
+            "window_start",
+            "window_end",
+            *self.partial_columns(),
+            F.col("wm_events").cast("long").alias("pending"),
+            F.lit(False).alias("on_time_fired"),
+            F.lit(None).cast(pane).alias("last_pane"),
+            F.array().cast(f"array<{pane.simpleString()}>").alias("owed"),
+        )
+
+    @staticmethod
+    def pane_struct_type(values: StructType) -> StructType:
+        return StructType.fromJson(
+            {
+                "type": "struct",
+                "fields": [
+                    {"name": "window_start", "type": "long", "nullable": True, "metadata": {}},
+                    {"name": "window_end", "type": "long", "nullable": True, "metadata": {}},
+                    {"name": "timing", "type": "string", "nullable": True, "metadata": {}},
+                    {"name": "pane_index", "type": "long", "nullable": True, "metadata": {}},
+                    {"name": "values", "type": values.jsonValue(), "nullable": True, "metadata": {}},
+                ],
+            }
+        )
+
+    def combine(self, fresh: DataFrame, state: DataFrame | None) -> DataFrame:
+        """Stored windows plus the run's partials: one row per window (rule 4)."""
+        if state is None:
+            return fresh
+        both = state.withColumn("wm_old", F.lit(True)).unionByName(fresh.withColumn("wm_old", F.lit(False)))
+        if self.spec.upstream is not None:  # a rollup's fresh partials are recomputed from the live panes
+            partials = F.max_by(F.struct(*self.partial_columns()), ~F.col("wm_old")).alias("wm_partials")
+            return both.groupBy(*self.keys, "window_start", "window_end").agg(
+                partials,
+                F.sum("pending").alias("pending"),
+                F.bool_or("on_time_fired").alias("on_time_fired"),
+                F.first("last_pane", ignorenulls=True).alias("last_pane"),
+                F.flatten(F.collect_list("owed")).alias("owed"),
+            ).select(
+                *self.keys, "window_start", "window_end",
+                *[F.col(f"wm_partials.{c}").alias(c) for c in self.partial_columns()],
+                *STATE_FLAGS,
+            )  # fmt: skip
+        if not self.spec.output_window.merging:
+            return both.groupBy(*self.keys, "window_start", "window_end").agg(
+                *self.merge_exprs(),
+                F.sum("pending").alias("pending"),
+                F.bool_or("on_time_fired").alias("on_time_fired"),
+                F.first("last_pane", ignorenulls=True).alias("last_pane"),
+                F.flatten(F.collect_list("owed")).alias("owed"),
+            )
+        # sessions: a row starts a new group unless it starts at or before the end so far of the key's rows
+        ordered = Window.partitionBy(*self.keys).orderBy("window_start", "window_end")
+        end_so_far = F.max("window_end").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+        starts_group = F.when(end_so_far.isNull() | (F.col("window_start") > end_so_far), 1).otherwise(0)
+        grouped = both.withColumn("wm_starts", starts_group).withColumn(
+            "wm_group", F.sum("wm_starts").over(ordered.rowsBetween(Window.unboundedPreceding, 0))
+        )
+        old = F.col("wm_old")
+        member = F.struct("window_start", "window_end", "on_time_fired", "last_pane", "owed")
+        merged = grouped.groupBy(*self.keys, "wm_group").agg(
+            F.min("window_start").alias("window_start"),
+            F.max("window_end").alias("window_end"),
+            *self.merge_exprs(),
+            F.sum("pending").alias("pending"),  # a session's own pending events, its members' and the new ones
+            F.collect_list(F.when(old, member)).alias("wm_members"),
+        )
+        only = F.get(F.col("wm_members"), 0)
+        same = (F.size("wm_members") == 1) & (only["window_start"] == F.col("window_start"))
+        same = same & (only["window_end"] == F.col("window_end"))
+        owed_type = fresh.schema["owed"].dataType
+        owed_by_members: Column = F.array().cast(owed_type)
+        if self.spec.retracting:  # a merged session owes every member's retractions and last pane
+            owed_by_members = F.flatten(
+                F.transform(
+                    "wm_members",
+                    lambda m: F.concat(m["owed"], F.filter(F.array(m["last_pane"]), lambda p: p.isNotNull())),
+                )
+            )
+        return merged.select(
+            *self.keys,
+            "window_start",
+            "window_end",
+            *self.partial_columns(),
+            "pending",
+            F.when(same, only["on_time_fired"]).otherwise(False).alias("on_time_fired"),
+            F.when(same, only["last_pane"]).alias("last_pane"),
+            F.when(same, only["owed"]).otherwise(owed_by_members).alias("owed"),
+        )
+
+    def decide(self, windows: DataFrame, watermark: int | None) -> DataFrame:
+        """Rules 5-7 row by row: ``wm_timing`` (null: no firing), ``wm_fires``, ``wm_purged``, ``wm_values``."""
+        spec = self.spec
+        end = F.col("window_end")
+        if watermark is None:
+            complete, purged = F.lit(False), F.lit(False)
+        else:
+            complete = F.lit(watermark) >= end
+            purged = ~is_open(end, watermark - spec.allowed_lateness_ms)
+        pending = F.col("pending")
+        dirty = pending > 0
+        early = F.lit(spec.early_firing) if spec.early_firing_count is None else pending >= spec.early_firing_count
+        late = F.lit(spec.late_firing) if spec.late_firing_count is None else pending >= spec.late_firing_count
+        timing = (
+            F.when(complete & ~F.col("on_time_fired"), Timing.ON_TIME.value)
+            .when(complete & dirty & (late | purged), Timing.LATE.value)
+            .when(~complete & dirty & early, Timing.EARLY.value)
+        )
+        values = self.final_values()
+        skip = F.lit(False)
+        if spec.fire_only_updated_panes:
+            skip = (F.size("owed") == 0) & F.col("last_pane").isNotNull() & F.col("last_pane.values").eqNullSafe(values)
+        return windows.select(
+            "*",
+            timing.alias("wm_timing"),
+            (timing.isNotNull() & ~skip).alias("wm_fires"),
+            purged.alias("wm_purged"),
+            values.alias("wm_values"),
+        )
+
+    def panes(self, decided: DataFrame, watermark: int | None) -> DataFrame:
+        """The pane rows: retractions (retracting mode) and the new panes of the windows that fire."""
+        fired = decided.where("wm_fires")
+        index = F.when(F.col("last_pane").isNull(), F.lit(0)).otherwise(F.col("last_pane.pane_index") + 1)
+        new_pane = F.struct(
+            "window_start",
+            "window_end",
+            F.col("wm_timing").alias("timing"),
+            index.cast("long").alias("pane_index"),
+            F.col("wm_values").alias("values"),
+        )
+        rows = fired.select(*self.keys, F.lit(False).alias("retraction"), new_pane.alias("pane"))
+        if self.spec.retracting:
+            retracted = F.concat("owed", F.filter(F.array("last_pane"), lambda p: p.isNotNull()))
+            rows = fired.select(
+                *self.keys, F.lit(True).alias("retraction"), F.explode(retracted).alias("pane")
+            ).unionByName(rows)
+        names = [a.name for a in self.spec.aggregates]
+        return rows.select(
+            F.col("pane.window_start").alias("window_start"),
+            F.col("pane.window_end").alias("window_end"),
+            *self.keys,
+            *[F.col(f"pane.values.{n}").alias(n) for n in names],
+            F.col("pane.timing").alias("pane"),
+            F.col("pane.pane_index").alias("pane_index"),
+            "retraction",
+            F.lit(watermark).cast("long").alias("watermark_ms"),
+            F.lit(self.run_id).alias("run_id"),
+        )
+
+    def next_state(self, decided: DataFrame) -> DataFrame:
+        fires, timing = F.col("wm_fires"), F.col("wm_timing")
+        index = F.when(F.col("last_pane").isNull(), F.lit(0)).otherwise(F.col("last_pane.pane_index") + 1)
+        new_pane = F.struct(
+            "window_start", "window_end", timing.alias("timing"), index.cast("long").alias("pane_index"),
+            F.col("wm_values").alias("values"),
+        )  # fmt: skip
+        partials: list[Column] = [F.col(c) for c in self.partial_columns()]
+        if self.spec.accumulation is Accumulation.DISCARDING:
+            partials = [
+                F.when(fires, empty).otherwise(F.col(c)).alias(c)
+                for c, empty in zip(self.partial_columns(), self.empty_partials(decided), strict=True)
+            ]
+        return decided.where(~F.col("wm_purged")).select(
+            *self.keys,
+            "window_start",
+            "window_end",
+            *partials,
+            F.when(timing.isNotNull(), F.lit(0).cast("long")).otherwise(F.col("pending")).alias("pending"),
+            (F.col("on_time_fired") | F.coalesce(timing == Timing.ON_TIME.value, F.lit(False))).alias("on_time_fired"),
+            F.when(fires, new_pane).otherwise(F.col("last_pane")).alias("last_pane"),
+            F.when(fires, F.array().cast(decided.schema["owed"].dataType)).otherwise(F.col("owed")).alias("owed"),
+        )

@@ -1,0 +1,209 @@
+"""One run of a windowed aggregate: the steps in order (:meth:`Job.run`), the manifest, and the entry points."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
+from airflow_provider_wm.core.windowing import (
+    LateReason,
+    Timing,
+    next_watermark,
+)
+from spark_jobs.common import active_session, submit_main
+from spark_jobs.windowed.base import JOB_COLUMNS, RUN_PARTITION, checkpoint_with_totals, is_open
+from spark_jobs.windowed.firing import Firing
+
+
+class Job(Firing):
+    """One run over a request (see the package docstring); the methods follow its steps."""
+
+    def rollup_inputs(self) -> tuple[DataFrame | None, DataFrame | None, dict[str | None, int], int | None]:
+        """A rollup's fresh windows and live panes, its row counts by reason and the last time of its panes;
+        quarantines the invalid and too-late rows."""
+        panes = self.read_panes()
+        classified = None
+        counts: dict[str | None, int] = {}
+        max_time = None
+        if panes is not None:
+            reason = F.col("wm_reason")
+            # read once (the later steps group, write and count from it)
+            classified, observed = checkpoint_with_totals(
+                self.classify_panes(panes),
+                F.count(F.lit(1)).alias("rows"),
+                *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
+                F.max("wm_t").alias("max_t"),  # null on invalid windows
+            )
+            counts = {r.value: int(observed[r.value]) for r in LateReason if observed[r.value]}
+            counts[None] = int(observed["rows"]) - sum(counts.values())
+            max_time = observed["max_t"]
+            if len(counts) > 1:
+                late = classified.where(reason.isNotNull()).select(
+                    *[
+                        F.col(c).alias(f"upstream_{c}") if c == "run_id" else c
+                        for c in panes.columns
+                        if c != RUN_PARTITION
+                    ],
+                    # a long, also when the session infers partition columns as strings
+                    F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
+                    reason.alias("reason"),
+                    F.lit(self.run_id).alias("run_id"),
+                )
+                self._write_run_partition(late, self.request.late_output)
+        fresh, live_after = self.rollup_partials(classified, self.read_live())
+        if fresh is not None:
+            fresh = self.with_fresh_flags(fresh).localCheckpoint()  # one row per window that got rows: small
+        return fresh, live_after, counts, max_time
+
+    def watermark(self, max_event_time: int | None) -> int | None:
+        """Rule 3; the store's value is passed in the request (``source_watermark_ms``)."""
+        return next_watermark(self.spec.watermark, self.previous_watermark, max_event_time, self.source_watermark)
+
+    def run(self) -> WindowedManifest:
+        started = time.time()
+        request = self.request
+        if self.spec.upstream is not None:
+            events = None
+        else:
+            events = self.read_merged_events() if request.inputs else self.read_events()
+        counts: dict[str | None, int] = {}
+        fresh: DataFrame | None = None
+        max_times: list[int | None] = [self.previous_max_event]
+        live_after: DataFrame | None = None
+        if self.spec.upstream is not None:
+            fresh, live_after, counts, max_time = self.rollup_inputs()
+            max_times.append(max_time)
+        elif events is not None:
+            classified = self.classified(events)
+            partials, observed = checkpoint_with_totals(  # one row per (keys, window): small
+                self.new_partials(classified),
+                F.sum("wm_rows").alias("events"),
+                F.sum("wm_too_late").alias("too_late"),
+                F.sum("wm_invalid").alias("invalid"),
+                F.sum("wm_invalid_arrival").alias("invalid_arrival"),
+                F.max("wm_max_t").alias("max_t"),
+            )
+            too_late, invalid = int(observed["too_late"] or 0), int(observed["invalid"] or 0)
+            invalid_arrival = int(observed["invalid_arrival"] or 0)
+            counts = {
+                None: int(observed["events"] or 0) - too_late - invalid - invalid_arrival,
+                LateReason.TOO_LATE.value: too_late,
+                LateReason.INVALID_EVENT_TIME.value: invalid,
+                LateReason.INVALID_ARRIVAL.value: invalid_arrival,
+            }
+            max_times.append(observed["max_t"])
+            if too_late or invalid or invalid_arrival:
+                late = classified.where(F.col("wm_reason").isNotNull()).select(
+                    *[c for c in events.columns if c not in JOB_COLUMNS],
+                    F.col("wm_reason").alias("reason"),
+                    F.lit(self.run_id).alias("run_id"),
+                )
+                self._write_run_partition(late, request.late_output)
+            accepted = partials.where(F.col("window_start").isNotNull()).drop(
+                "wm_rows", "wm_too_late", "wm_invalid", "wm_invalid_arrival", "wm_max_t"
+            )
+            fresh = self.with_fresh_flags(accepted)
+        seen = [v for v in max_times if v is not None]
+        max_event_time = max(seen) if seen else None
+        watermark = self.watermark(max_event_time)
+
+        live_path = None
+        if live_after is not None:
+            horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
+            kept = live_after if horizon is None else live_after.where(is_open(F.col("wm_target_end"), horizon))
+            if request.live_out is None:
+                raise ValueError("a rollup's request needs live_out")
+            kept.drop("wm_target_end").write.mode("overwrite").parquet(request.live_out)
+            live_path = request.live_out
+        state = self.read_state()
+        if fresh is None and state is None:
+            return self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
+        windows = self.combine(fresh, state) if fresh is not None else state
+        assert windows is not None
+        # decided twice (panes, state) from small frames: cheaper than materialising it in between
+        decided = self.decide(windows, watermark)
+        self._write_run_partition(self.panes(decided, watermark), request.output)
+        fired_counts = Observation("fired")
+        fires = F.col("wm_fires")
+        counted = decided.observe(
+            fired_counts,
+            *[F.count(F.when(fires & (F.col("wm_timing") == t.value), 1)).alias(t.value) for t in Timing],
+            F.sum(F.when(fires, F.size("owed") + F.col("last_pane").isNotNull().cast("int"))).alias("retractions"),
+            F.count(F.lit(1)).alias("windows"),
+            F.count(F.when(F.col("wm_purged"), 1)).alias("purged"),
+        )
+        self.next_state(counted).write.mode("overwrite").parquet(request.state_out)
+        fired = fired_counts.get
+        return self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
+
+    def _manifest(
+        self,
+        started: float,
+        counts: dict[str | None, int],
+        watermark: int | None,
+        max_event_time: int | None,
+        fired: Any,
+        state_path: str | None,
+        live_path: str | None = None,
+    ) -> WindowedManifest:
+        request = self.request
+        pane_counts = {t.value: int(fired[t.value]) if fired else 0 for t in Timing}
+        pane_counts["RETRACTION"] = int(fired["retractions"] or 0) if fired and self.spec.retracting else 0
+        late = any(n for reason, n in counts.items() if reason is not None)
+        invalid_arrival = counts.get(LateReason.INVALID_ARRIVAL.value, 0)
+        manifest = {
+            "status": "succeeded",
+            "job": "windowed_aggregate",
+            "pipeline": request.pipeline,
+            "run_id": self.run_id,
+            "version": self.version,
+            "watermark_ms": watermark,
+            "previous_watermark_ms": self.previous_watermark,
+            "max_event_time_ms": max_event_time,
+            "arrival_from_ms": request.arrival_from_ms,
+            "arrival_until_ms": request.arrival_until_ms,
+            "totals": {
+                "events_read": sum(counts.values()) - invalid_arrival,  # rule 0: not the run's events
+                "events_aggregated": counts.get(None, 0),
+                "too_late": counts.get(LateReason.TOO_LATE.value, 0),
+                "invalid_event_time": counts.get(LateReason.INVALID_EVENT_TIME.value, 0),
+                "invalid_window": counts.get(LateReason.INVALID_WINDOW.value, 0),
+                "invalid_arrival": invalid_arrival,
+                "panes": pane_counts,
+                "windows_open": int(fired["windows"]) - int(fired["purged"]) if fired else 0,
+                "windows_purged": int(fired["purged"]) if fired else 0,
+            },
+            "output": request.output,
+            "late_output": request.late_output if late else None,
+            "state_path": state_path,
+            "live_path": live_path,
+            "duration_s": round(time.time() - started, 3),
+        }
+        return WindowedManifest.from_json(manifest)
+
+    def _write_run_partition(self, frame: DataFrame, path: str) -> None:
+        """Replace this run's partition ``<path>/wm_run=<version>`` only (a retry or re-run overwrites its own
+        rows). Written to the partition's path: Spark's dynamic partition overwrite would sort the rows by the
+        partition column and stage them first, for a partition known in advance."""
+        frame.write.mode("overwrite").parquet(f"{path.rstrip('/')}/{RUN_PARTITION}={self.version}")
+
+
+def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run` on a request document, returning the manifest document (tests and benchmarks)."""
+    return run(spark, WindowedRequest.from_json(request)).to_json()
+
+
+def run(spark: SparkSession, request: WindowedRequest) -> WindowedManifest:
+    """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
+    with active_session(spark):
+        return Job(spark, request).run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``windowed_aggregate.py <request.json URL>`` (spark-submit); the manifest goes to ``round_out``."""
+    return submit_main(WindowedRequest, run, argv)
