@@ -44,6 +44,8 @@ def wait_for(stream: str) -> StreamWatermarkSensor:
     return StreamWatermarkSensor(
         task_id=f"wait_for_{stream}",
         stream=stream,
+        # the streams come from another DAG's controller, which may not have run yet on a new deployment
+        fail_on_unknown_stream=False,
         store_path=STORE,
         deferrable=True,
         poke_interval=2,

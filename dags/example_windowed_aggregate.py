@@ -66,6 +66,8 @@ with DAG(
         task_id="wait_for_orders",
         stream="orders",
         store_path=STORE,
+        # the streams come from another DAG's controller, which may not have run yet on a new deployment
+        fail_on_unknown_stream=False,
         deferrable=True,
         poke_interval=2,
         timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")),

@@ -34,7 +34,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import fsspec
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 _LOG_NAME = re.compile(r"(-?\d+)-(-?\d+)\.json")  # <computed_at_ms>-<lower_ms>.json, see publish()
 _RUN_NAME = re.compile(r"v(\d+)")
 
-__all__ = ["DamagedRecordError", "WatermarkStoreHook", "producer", "validate_name"]
+__all__ = ["DamagedRecordError", "UnknownStreamError", "WatermarkStoreHook", "producer", "validate_name"]
 
 
 class DamagedRecordError(ValueError):
@@ -70,6 +70,23 @@ class DamagedRecordError(ValueError):
 
     def __reduce__(self) -> tuple[type[DamagedRecordError], tuple[str, str]]:
         return type(self), (self.path, self.reason)
+
+
+class UnknownStreamError(LookupError):
+    """Streams the store has never seen: no controller round reported them and no watermark of them was
+    published. The message names the store and the streams it has, so a misspelt name or store path shows
+    at once: ``unknown stream 'clikcs': the store at /data/store has clicks, orders``."""
+
+    def __init__(self, unknown: Sequence[str], known: Sequence[str], store: str) -> None:
+        self.unknown, self.known, self.store = list(unknown), list(known), store
+        names = ", ".join(repr(name) for name in self.unknown)
+        has = ", ".join(self.known) if self.known else "no streams yet"
+        super().__init__(
+            f"unknown stream{'s' if len(self.unknown) > 1 else ''} {names}: the store at {store} has {has}"
+        )
+
+    def __reduce__(self) -> tuple[type[UnknownStreamError], tuple[list[str], list[str], str]]:
+        return (UnknownStreamError, (self.unknown, self.known, self.store))
 
 
 def producer(record: Mapping[str, Any]) -> str:
@@ -194,6 +211,18 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
     def list_streams(self) -> list[str]:
         """The streams that have a watermark or a status in the store, sorted."""
         return self._list_names(self._path("streams"))
+
+    def require_known(self, streams: Iterable[str]) -> None:
+        """Raise :class:`UnknownStreamError` for any of ``streams`` that the store has never seen (one listing of
+        the store's streams). Readers call it only for streams without a watermark, so a poke stays O(1) once
+        every stream has one."""
+        wanted = sorted(set(streams))
+        if not wanted:
+            return
+        known = self.list_streams()
+        unknown = [stream for stream in wanted if stream not in known]
+        if unknown:
+            raise UnknownStreamError(unknown, known, self.base_path)
 
     def list_keys(self, stream: str) -> list[str]:
         """The ``wm_key`` values that have a keyed watermark or status under ``stream``, sorted."""

@@ -7,7 +7,7 @@ import time
 from typing import Any, NoReturn
 
 from airflow.sdk import BaseSensorOperator, Context
-from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 from airflow.triggers.base import BaseTrigger
 
 __all__ = ["DeferrableStoreSensor"]
@@ -30,7 +30,10 @@ class DeferrableStoreSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        first = self.poke(context)
+        try:
+            first = self.poke(context)
+        except AirflowFailException as failure:  # as a poke-mode sensor does: soft_fail skips on any failure
+            self.failed(str(failure))
         if first.is_done:  # type: ignore[union-attr]
             return first.xcom_value  # type: ignore[union-attr]
         self.defer(
@@ -38,6 +41,12 @@ class DeferrableStoreSensor(BaseSensorOperator):
             method_name="execute_complete",
             timeout=dt.timedelta(seconds=self.timeout),
         )
+
+    def failed(self, message: str) -> NoReturn:
+        """A failure that no retry can fix (an unknown stream): a skip with ``soft_fail``, else a failure."""
+        if self.soft_fail:
+            raise AirflowSkipException(message)
+        raise AirflowFailException(message)
 
     def timed_out(self, message: str) -> NoReturn:
         if self.soft_fail:

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.contracts import WatermarkReached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs, watermark_label
-from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.hooks.watermark_store import UnknownStreamError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
@@ -59,6 +60,11 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     :param idle_timeout: how long a stream's watermark may stay put before the stream is idle: a
         ``timedelta``, seconds or ISO-8601 (``PT30M``). Default: no stream is ever idle.
     :param when_all_idle: ``"wait"`` (default) or ``"highest"``, see above.
+    :param fail_on_unknown_stream: when a stream has no watermark and the store has never seen it (no
+        controller round reported it), fail at once, without retries, naming the streams the store has: a
+        misspelt stream or store path would otherwise wait until the timeout. ``False`` waits for it
+        instead: for a sensor that may start before the first round of the controller that creates the
+        stream. Default ``True``.
     :param storage_options: fsspec options of a remote store.
     """
 
@@ -75,6 +81,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         threshold: str | int | dt.datetime = "{{ data_interval_end }}",
         idle_timeout: dt.timedelta | float | str | None = None,
         when_all_idle: AllIdlePolicy = "wait",
+        fail_on_unknown_stream: bool = True,
         storage_options: dict[str, Any] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
@@ -102,6 +109,9 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         self.threshold = threshold
         self.idle_timeout = idle_timeout
         self.when_all_idle: AllIdlePolicy = check_policy(when_all_idle)
+        if not isinstance(fail_on_unknown_stream, bool):
+            raise ValueError(f"fail_on_unknown_stream={fail_on_unknown_stream!r} must be True or False")
+        self.fail_on_unknown_stream = fail_on_unknown_stream
         self.storage_options = dict(storage_options or {})
         self.deferrable = deferrable
 
@@ -113,9 +123,18 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             return [(validate_name(self.stream, "stream"), None)]
         return parse_inputs(self.streams, "streams")
 
+    def _argument(self) -> str:
+        """The argument that names the streams, as the DAG gave it (rendered): ``stream='orders'``."""
+        return f"stream={self.stream!r}" if self.stream is not None else f"streams={list(self.streams or [])!r}"
+
     def _check(self, inputs: list[Input], threshold_ms: int) -> WatermarkReached:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
         records = {watermark_label(stream, key): store.read_latest(stream, key) for stream, key in inputs}
+        if self.fail_on_unknown_stream:
+            try:
+                store.require_known(s for (s, k) in inputs if records[watermark_label(s, k)] is None)
+            except UnknownStreamError as unknown:
+                raise AirflowFailException(f"{self._argument()}: {unknown}") from unknown
         check = check_watermarks(
             records,
             threshold_ms,
@@ -154,9 +173,12 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             idle_timeout_ms=self.idle_timeout_ms,
             reference_ms=threshold_ms,
             when_all_idle=self.when_all_idle,
+            unknown_stream_argument=self._argument() if self.fail_on_unknown_stream else None,
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") == "unknown_stream":
+            self.failed(event["message"])
         if event.get("status") == "success":
             result = WatermarkReached.from_json(event["watermark"]).to_json()
             self.log.info(

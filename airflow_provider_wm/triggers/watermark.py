@@ -18,7 +18,7 @@ from airflow_provider_wm.contracts import WatermarkReached
 from airflow_provider_wm.core import names
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import watermark_label
-from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import UnknownStreamError, WatermarkStoreHook
 from airflow_provider_wm.timeutil import format_ms
 
 __all__ = ["WatermarkTrigger", "describe_check"]
@@ -65,6 +65,11 @@ class WatermarkTrigger(BaseTrigger):
     idleness, ``"waiting"``): the sensor turns that into a sensor timeout or, with ``soft_fail``, a skip.
     It does its own timing because ``dag.test()`` runs triggers inline without the scheduler's deferral
     timeout.
+
+    With ``unknown_stream_argument`` (the sensor's argument that names the streams, e.g. ``"stream='orders'"``)
+    an input without a watermark that the store has never seen ends the wait with ``{"status":
+    "unknown_stream", "message"}`` (:meth:`WatermarkStoreHook.require_known`); ``None`` (the default, and
+    what triggers serialised by older versions load with) waits for it.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class WatermarkTrigger(BaseTrigger):
         reference_ms: int | None = None,
         when_all_idle: AllIdlePolicy = "wait",
         last_seen_inputs: dict[str, Any] | None = None,
+        unknown_stream_argument: str | None = None,
     ) -> None:
         super().__init__()
         if (stream is None) == (inputs is None):
@@ -102,6 +108,7 @@ class WatermarkTrigger(BaseTrigger):
         self.reference_ms = self.threshold_ms if reference_ms is None else int(reference_ms)
         self.when_all_idle = check_policy(when_all_idle)
         self.last_seen_inputs = last_seen_inputs
+        self.unknown_stream_argument = unknown_stream_argument
 
     def input_list(self) -> list[names.Input]:
         if self.stream is not None:
@@ -124,6 +131,7 @@ class WatermarkTrigger(BaseTrigger):
                 "reference_ms": self.reference_ms,
                 "when_all_idle": self.when_all_idle,
                 "last_seen_inputs": self.last_seen_inputs,
+                "unknown_stream_argument": self.unknown_stream_argument,
             },
         )
 
@@ -135,6 +143,15 @@ class WatermarkTrigger(BaseTrigger):
             records = await asyncio.gather(
                 *(asyncio.to_thread(store.read_latest, stream, key) for stream, key in inputs)
             )
+            if self.unknown_stream_argument is not None:
+                missing = [stream for (stream, _), record in zip(inputs, records, strict=True) if record is None]
+                try:
+                    await asyncio.to_thread(store.require_known, missing)
+                except UnknownStreamError as unknown:
+                    yield TriggerEvent(
+                        {"status": "unknown_stream", "message": f"{self.unknown_stream_argument}: {unknown}"}
+                    )
+                    return
             check = check_watermarks(
                 dict(zip(labels, records, strict=True)),
                 self.threshold_ms,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, UnknownStreamError, WatermarkStoreHook
 
 
 def record(lower: int, stream: str = "orders", computed_at: int | None = None, wm_key: str | None = None) -> dict:
@@ -207,6 +207,25 @@ def test_the_log_index_comes_from_file_names_oldest_first(tmp_path):
     store.publish(record(40, computed_at=140))
     assert store.read_log_index("orders") == [(130, 30), (140, 40)]
     assert store.read_log_index("unknown") == []
+
+
+def test_require_known_names_the_streams_the_store_has_never_seen_and_the_ones_it_has(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    with pytest.raises(
+        UnknownStreamError, match=f"unknown stream 'orders': the store at {tmp_path} has no streams yet"
+    ):
+        store.require_known(["orders"])
+    store.publish(record(10, stream="payments"))
+    store.write_stream_status("orders", {"stream": "orders", "no_active_writers": True})
+    store.require_known(["orders", "payments", "orders"])  # seen: a watermark or a controller's status
+    store.require_known([])
+    with pytest.raises(UnknownStreamError) as unknown:
+        store.require_known(["payments", "refunds", "clicks"])
+    assert (unknown.value.unknown, unknown.value.known) == (["clicks", "refunds"], ["orders", "payments"])
+    assert str(unknown.value).endswith(
+        "unknown streams 'clicks', 'refunds': the store at " + f"{tmp_path} has orders, payments"
+    )
+    assert str(pickle.loads(pickle.dumps(unknown.value))) == str(unknown.value)  # crosses process boundaries
 
 
 def test_streams_pipelines_and_stream_status_are_listed_and_read_back(tmp_path):

@@ -6,7 +6,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider_wm.contracts import InputWatermark, WatermarkReached
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
@@ -16,6 +16,15 @@ from tests.airflow_helpers import fresh_dag, run_dag, xcom
 from tests.hooks.test_watermark_store import record
 
 THRESHOLD = datetime(2026, 1, 1, 1, tzinfo=UTC)
+
+
+def seen_without_watermark(store_path, *streams: str) -> None:
+    """Streams as a controller round leaves those it has seen but not emitted a watermark for: a status only."""
+    store = WatermarkStoreHook(str(store_path))
+    for stream in streams:
+        store.write_stream_status(stream, {"status": "WAITING_FOR_WRITERS"})
+
+
 THRESHOLD_MS = int(THRESHOLD.timestamp() * 1000)
 
 
@@ -39,6 +48,7 @@ def test_templated_arguments_are_checked_when_rendered():
 
 
 def test_deferrable_execute_hands_waiting_to_the_trigger_with_the_timeout(tmp_path):
+    seen_without_watermark(tmp_path, "orders")
     sensor = StreamWatermarkSensor(
         task_id="t", stream="orders", store_path=str(tmp_path), threshold=THRESHOLD_MS, deferrable=True, timeout=60
     )
@@ -90,16 +100,19 @@ def test_times_out_and_fails_the_run_when_the_watermark_stays_behind(airflow_db,
 
 @pytest.mark.parametrize("deferrable", [False, True])
 def test_soft_fail_skips_instead_of_failing(airflow_db, tmp_path, deferrable):
+    seen_without_watermark(tmp_path, "orders")
     _run, states = run_dag(sensor_dag(str(tmp_path), timeout=1, soft_fail=True, deferrable=deferrable))
     assert states == {"wait": "skipped"}
 
 
 def test_deferred_sensor_times_out_in_the_trigger(airflow_db, tmp_path):
+    seen_without_watermark(tmp_path, "orders")
     _run, states = run_dag(sensor_dag(str(tmp_path), timeout=1, deferrable=True))
     assert states == {"wait": "failed"}
 
 
 def test_deferred_sensor_resumes_when_the_watermark_arrives_later(airflow_db, tmp_path):
+    seen_without_watermark(tmp_path, "orders")
     store = WatermarkStoreHook(str(tmp_path))
     publisher = threading.Timer(2.0, store.publish, args=(record(THRESHOLD_MS + 7),))
     publisher.start()
@@ -151,6 +164,7 @@ def test_templated_stream_entries_are_checked_when_rendered_and_durations_parse(
 
 
 def test_deferrable_execute_with_several_streams_hands_all_of_them_to_the_trigger(tmp_path):
+    seen_without_watermark(tmp_path, "orders", "payments")
     sensor = StreamWatermarkSensor(
         task_id="t",
         streams=["orders:eu", "payments"],
@@ -318,6 +332,7 @@ def test_a_stream_that_advances_again_holds_the_watermark_back_again(tmp_path):
 
 
 def test_a_stream_without_any_watermark_is_not_idle_and_holds_the_others_back(tmp_path):
+    seen_without_watermark(tmp_path, "payments")
     WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS + 5, "orders", computed_at=IDLE_MS))
     sensor = StreamWatermarkSensor(
         task_id="t",
@@ -357,6 +372,7 @@ def test_one_stream_with_an_idle_timeout_returns_the_same_shape(airflow_db, tmp_
 
 
 def test_the_poke_log_line_shows_each_stream(tmp_path, capsys):
+    seen_without_watermark(tmp_path, "returns")
     store = WatermarkStoreHook(str(tmp_path))
     store.publish(record(THRESHOLD_MS + 5, "orders", computed_at=FRESH_MS))
     store.publish(record(THRESHOLD_MS - 5, "payments", computed_at=IDLE_MS))
@@ -404,3 +420,92 @@ def first_event(trigger: WatermarkTrigger) -> dict:
             return event.payload
 
     return asyncio.run(run())
+
+
+# --- streams the store has never seen --------------------------------------------------------------------------
+
+
+def test_a_stream_the_store_has_never_seen_fails_the_poke_at_once_naming_the_known_streams(tmp_path):
+    WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS - 5, "orders"))
+    seen_without_watermark(tmp_path, "payments")
+    sensor = StreamWatermarkSensor(task_id="t", stream="ordres", store_path=str(tmp_path), threshold=THRESHOLD_MS)
+    with pytest.raises(AirflowFailException) as failed:
+        sensor.poke({})
+    assert (
+        str(failed.value) == f"stream='ordres': unknown stream 'ordres': the store at {tmp_path} has orders, payments"
+    )
+
+
+def test_several_streams_name_every_unknown_one_and_an_empty_store_says_so(tmp_path):
+    sensor = StreamWatermarkSensor(
+        task_id="t", streams=["orders:eu", "payments"], store_path=str(tmp_path / "wrong"), threshold=THRESHOLD_MS
+    )
+    with pytest.raises(
+        AirflowFailException,
+        match=r"streams=\['orders:eu', 'payments'\]: unknown streams 'orders', "
+        r"'payments': the store at .*/wrong has no streams yet",
+    ):
+        sensor.poke({})
+
+
+def test_a_deferrable_sensor_fails_at_its_first_poke_instead_of_deferring(tmp_path):
+    sensor = StreamWatermarkSensor(
+        task_id="t", stream="ordres", store_path=str(tmp_path), threshold=THRESHOLD_MS, deferrable=True, timeout=60
+    )
+    with pytest.raises(AirflowFailException, match="unknown stream 'ordres'"):
+        sensor.execute({})
+
+
+def test_an_unknown_stream_fails_the_run_with_the_stores_names_instead_of_a_timeout(airflow_db, tmp_path, capfd):
+    WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS - 5, "orders"))
+    dag = fresh_dag("unknown")
+    with dag:
+        StreamWatermarkSensor(task_id="wait", stream="ordres", store_path=str(tmp_path), poke_interval=0.2, timeout=600)
+    _run, states = run_dag(dag)
+    assert states == {"wait": "failed"}
+    assert f"stream='ordres': unknown stream 'ordres': the store at {tmp_path} has orders" in capfd.readouterr().out
+
+
+def test_with_fail_on_unknown_stream_off_a_sensor_waits_for_a_stream_not_created_yet(tmp_path):
+    sensor = StreamWatermarkSensor(
+        task_id="t",
+        stream="orders",
+        store_path=str(tmp_path),
+        threshold=THRESHOLD_MS,
+        fail_on_unknown_stream=False,
+        deferrable=True,
+        timeout=60,
+    )
+    assert not sensor.poke({}).is_done
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    assert deferred.value.trigger.serialize()[1]["unknown_stream_argument"] is None
+
+
+def test_the_trigger_of_a_sensor_that_fails_on_unknown_streams_carries_its_argument(tmp_path):
+    seen_without_watermark(tmp_path, "orders")
+    sensor = StreamWatermarkSensor(
+        task_id="t", stream="orders", store_path=str(tmp_path), threshold=THRESHOLD_MS, deferrable=True, timeout=60
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    assert deferred.value.trigger.serialize()[1]["unknown_stream_argument"] == "stream='orders'"
+
+
+def test_an_unknown_stream_event_of_the_trigger_fails_the_task_with_its_message():
+    sensor = StreamWatermarkSensor(task_id="t", stream="ordres", store_path="/x", deferrable=True)
+    message = "stream='ordres': unknown stream 'ordres': the store at /x has orders"
+    with pytest.raises(AirflowFailException, match=message):
+        sensor.execute_complete({}, {"status": "unknown_stream", "message": message})
+
+
+def test_fail_on_unknown_stream_must_be_a_boolean():
+    with pytest.raises(ValueError, match="fail_on_unknown_stream='yes' must be True or False"):
+        StreamWatermarkSensor(task_id="t", stream="orders", store_path="/x", fail_on_unknown_stream="yes")
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_with_soft_fail_an_unknown_stream_skips_in_either_mode(airflow_db, tmp_path, deferrable):
+    dag = sensor_dag(str(tmp_path), timeout=600, soft_fail=True, deferrable=deferrable)
+    _run, states = run_dag(dag)
+    assert states == {"wait": "skipped"}

@@ -33,6 +33,7 @@ ALL_TRIGGERS = [
         last_seen_inputs={"orders": {"lower_ms": 3, "last_advanced_ms": 1, "idle": False}},
     ),
     WatermarkTrigger(store_path="/tmp/x", stream="orders", threshold_ms=5, idle_timeout_ms=1000),
+    WatermarkTrigger(store_path="/tmp/x", stream="orders", threshold_ms=5, unknown_stream_argument="stream='orders'"),
 ]
 
 
@@ -197,3 +198,30 @@ def test_the_timeout_event_names_each_inputs_watermark_and_idleness(tmp_path):
         "lower_ms": None, "last_advanced_ms": None, "idle": False, "upper_ms": None, "stream_cut": {}
     }  # fmt: skip
     assert event["streams"]["orders"]["idle"] is True and event["when_all_idle"] == "wait"
+
+
+def test_an_input_the_store_has_never_seen_ends_the_wait_with_the_sensors_argument_and_the_known_names(tmp_path):
+    WatermarkStoreHook(str(tmp_path)).publish(record(50))
+    trigger = WatermarkTrigger(
+        store_path=str(tmp_path),
+        inputs=[["orders", None], ["ordres", "eu"]],
+        threshold_ms=100,
+        unknown_stream_argument="streams=['orders', 'ordres:eu']",
+    )
+    event = first_event(trigger)
+    assert event == {
+        "status": "unknown_stream",
+        "message": f"streams=['orders', 'ordres:eu']: unknown stream 'ordres': the store at {tmp_path} has orders",
+    }
+
+
+def test_without_the_argument_an_unseen_input_is_waited_for_like_a_trigger_of_an_older_version(tmp_path):
+    trigger = WatermarkTrigger(
+        store_path=str(tmp_path),
+        stream="orders",
+        threshold_ms=100,
+        poll_interval=0.05,
+        timeout_at_ms=int(time.time() * 1000) + 200,
+    )
+    event = first_event(trigger)
+    assert event["status"] == "timeout" and event["streams"]["orders"]["lower_ms"] is None
