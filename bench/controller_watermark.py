@@ -144,6 +144,7 @@ def main() -> None:
         .appName("bench-controller-watermark")
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
