@@ -8,8 +8,8 @@ A producer reports its progress with a :class:`MarksWriter`; it never builds the
   ``origin_id``); keyed ones ``wm_key``.
 - ``reported_at_ms`` is when the mark joined the marks dataset, and a round takes only the marks with
   ``processed_until < reported_at_ms <= now``. By default it is stamped from ``clock`` when the mark is
-  flushed. A backfill passes ``reported_at=`` itself: stamped with today's clock, a past round would
-  not see it.
+  flushed, just before the file is written (a round that runs in between counts the marks as late). A
+  backfill passes ``reported_at=`` itself: stamped with today's clock, a past round would not see it.
 - Marks are buffered and ``flush()`` appends them as one Parquet file. The file is written under a
   hidden name (a leading ``.``, which Spark skips) and then renamed, so a reader sees the whole file or
   none of it. Every file has all of ``MARKS_SCHEMA``'s columns, so files with and without the optional
@@ -56,7 +56,7 @@ from airflow_provider_wm.core.progress import MAX_CHUNKS
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS, is_valid_time_ms
 
-__all__ = ["MARKS_SCHEMA", "SEGMENTS_SCHEMA", "MarksWriter", "to_time_ms"]
+__all__ = ["MARKS_SCHEMA", "SEGMENTS_SCHEMA", "MarksWriter"]
 
 POSITION = pa.map_(pa.int64(), pa.int64())
 
@@ -91,15 +91,16 @@ INT64_MAX = 2**63 - 1
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MILLISECOND = dt.timedelta(milliseconds=1)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
-def to_time_ms(value: Any, argument: str) -> int:
+def _epoch_ms(value: Any, argument: str) -> int:
     """Epoch milliseconds from an int or an aware ``datetime`` (pendulum's included), exactly; the error
     names ``argument`` and the value.
 
-    >>> to_time_ms(dt.datetime(2026, 1, 1, 1, tzinfo=dt.UTC), "time"), to_time_ms(1_767_229_200_000, "time")
+    >>> _epoch_ms(dt.datetime(2026, 1, 1, 1, tzinfo=dt.UTC), "time"), _epoch_ms(1_767_229_200_000, "time")
     (1767229200000, 1767229200000)
-    >>> to_time_ms(dt.datetime(2026, 1, 1), "time")
+    >>> _epoch_ms(dt.datetime(2026, 1, 1), "time")
     Traceback (most recent call last):
     ...
     ValueError: time=datetime.datetime(2026, 1, 1, 0, 0) has no time zone; pass an aware datetime
@@ -216,12 +217,14 @@ class MarksWriter:
             wm_key=self._key(wm_key),
         )
 
-    def flush(self) -> str | None:
+    def flush(self, name: str | None = None) -> str | None:
         """Append the buffered marks as one Parquet file; its URL, or None when nothing was buffered.
 
         Marks without a report time get ``clock()`` now. If writing fails, no file appears and the marks
-        stay buffered for the next flush.
+        stay buffered for the next flush. ``name`` names the file (``<name>.parquet``) instead of a unique
+        name: a batch flushed again under its name replaces its file instead of adding its marks twice.
         """
+        stem = None if name is None else _file_name(name, "name")
         if not self._rows:
             return None
         now = None
@@ -232,15 +235,21 @@ class MarksWriter:
                 row = {**row, "reported_at_ms": now}
             rows.append(row)
         table = pa.Table.from_pylist(rows, MARKS_SCHEMA)
-        stamp = max(r["reported_at_ms"] for r in rows)
-        url = self._write(table, self.marks_path, f"marks-{_safe(self.stream)}-{stamp}")
+        if stem is None:
+            stamp = max(r["reported_at_ms"] for r in rows)
+            stem = f"marks-{_safe(self.stream)}-{stamp}-{uuid.uuid4().hex[:12]}"
+        url = self._write(table, self.marks_path, stem)
         self._rows.clear()
         return url
 
-    def write_segments(self, segments: Iterable[Segment | tuple[int, float, float]] | None = None) -> str:
+    def write_segments(
+        self, segments: Iterable[Segment | tuple[int, float, float]] | None = None, *, name: str | None = None
+    ) -> str:
         """Declare the stream's segments, ``(segment_id, key_start, key_end)`` with ``0 <= key_start <
         key_end <= 1`` and the epoch in the id's high 32 bits; now, in one file (no buffering). The default
-        is a stream of one segment: ``0`` over ``[0, 1)``. Returns the file's URL."""
+        is a stream of one segment: ``0`` over ``[0, 1)``. ``name`` as in :meth:`flush`. Returns the file's
+        URL."""
+        stem = None if name is None else _file_name(name, "name")
         given = [(0, 0.0, 1.0)] if segments is None else list(segments)
         if not given:
             raise ValueError("segments=[] declares no segment; give at least one (or None for one segment)")
@@ -253,7 +262,7 @@ class MarksWriter:
         columns = ("segment_id", "key_start", "key_end")
         rows = [{"stream": self.stream, **dict(zip(columns, s, strict=True))} for s in parsed]
         table = pa.Table.from_pylist(rows, SEGMENTS_SCHEMA)
-        return self._write(table, self.segments_path, f"segments-{_safe(self.stream)}")
+        return self._write(table, self.segments_path, stem or f"segments-{_safe(self.stream)}-{uuid.uuid4().hex[:12]}")
 
     def close(self) -> None:
         """Flush what is buffered."""
@@ -306,7 +315,7 @@ class MarksWriter:
         return value
 
     def _time(self, value: Any, argument: str) -> int:
-        ms = to_time_ms(value, argument)
+        ms = _epoch_ms(value, argument)
         if self.validate and not is_valid_time_ms(ms):
             raise ValueError(
                 f"{argument}={value!r} is outside the times the controller accepts: epoch milliseconds from "
@@ -384,12 +393,12 @@ class MarksWriter:
     # -- files
 
     def _write(self, table: pa.Table, folder: str, stem: str) -> str:
-        """Write ``table`` under a hidden name in ``folder`` and rename it to ``<stem>-<uuid>.parquet``: a
-        reader lists the whole file or nothing. The temporary file is removed when writing fails."""
+        """Write ``table`` under a hidden name in ``folder`` and rename it to ``<stem>.parquet``: a reader
+        lists the whole file or nothing. The temporary file is removed when writing fails."""
         fs, path = fsspec.core.url_to_fs(folder, **self._options)
         fs.makedirs(path, exist_ok=True)
-        name = f"{stem}-{uuid.uuid4().hex[:12]}.parquet"
-        final, temporary = f"{path}/{name}", f"{path}/.{name}.tmp"
+        name = f"{stem}.parquet"
+        final, temporary = f"{path}/{name}", f"{path}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
         try:
             with fs.open(temporary, "wb") as handle:
                 pq.write_table(table, handle)
@@ -406,6 +415,16 @@ def _folder(value: Any, argument: str) -> str:
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{argument}={value!r} must be a non-empty path or URL")
     return text.rstrip("/")
+
+
+def _file_name(value: Any, argument: str) -> str:
+    """A file name a reader lists: no folder, not hidden (``.`` or ``_`` first), no ``.parquet`` given."""
+    if not isinstance(value, str) or not _FILE_NAME.fullmatch(value) or value.endswith(".parquet"):
+        raise ValueError(
+            f"{argument}={value!r} is not a file name: letters, digits, '.', '_' or '-', starting with a letter or "
+            "digit, without '.parquet' (it is added)"
+        )
+    return value
 
 
 def _safe(name: str) -> str:
