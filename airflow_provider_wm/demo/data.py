@@ -1,4 +1,5 @@
-"""Example writer marks and segments for the demo (and the DAG tests), written as Parquet with pyarrow.
+"""Example writer marks and segments for the demo (and the DAG tests), written with
+:class:`airflow_provider_wm.marks.MarksWriter`.
 
 Scenario over four hours from ``START`` (one controller round per hour, at each hour's end):
 
@@ -19,13 +20,11 @@ Scenario over four hours from ``START`` (one controller round per hour, at each 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from airflow_provider_wm.core.segments import Segment
+from airflow_provider_wm.marks import MarksWriter
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
 START_MS = int(START.timestamp() * 1000)
@@ -39,109 +38,68 @@ REFUNDS_SILENT_AFTER = START_MS + 70 * MINUTE
 REFUNDS_LATE_SEQ = 30
 REFUNDS_LATE_AT = START_MS + 65 * MINUTE
 EPOCH1 = 1 << 32
+STREAMS = ("orders", "payments", "deliveries", "refunds")
+OUTSIDE = "../outside"
+"""A stream name that tries to leave the store: its mark is quarantined ``INVALID_STREAM``."""
 
-MARKS_SCHEMA = pa.schema(
-    [
-        ("stream", pa.string()),
-        ("writer_id", pa.string()),
-        ("time_ms", pa.int64()),
-        ("position", pa.map_(pa.int64(), pa.int64())),
-        ("kind", pa.string()),
-        ("reported_at_ms", pa.int64()),
-        ("origin_id", pa.string()),
-        ("seq", pa.int64()),
-        ("chunk", pa.int64()),
-        ("last_chunk", pa.bool_()),
+
+def segments() -> dict[str, list[Segment]]:
+    """Each stream's segments; every stream but ``orders`` has one."""
+    whole = [Segment(0, 0.0, 1.0)]
+    orders = [
+        Segment(0, 0.0, 0.5),
+        Segment(1, 0.5, 1.0),
+        Segment(EPOCH1 | 2, 0.5, 0.75),
+        Segment(EPOCH1 | 3, 0.75, 1.0),
     ]
-)
-SEGMENTS_SCHEMA = pa.schema(
-    [
-        ("stream", pa.string()),
-        ("segment_id", pa.int64()),
-        ("key_start", pa.float64()),
-        ("key_end", pa.float64()),
-    ]
-)
+    return {"orders": orders, "payments": whole, "deliveries": whole, "refunds": whole}
 
 
-def segments() -> list[dict[str, Any]]:
-    return [
-        {"stream": "orders", "segment_id": 0, "key_start": 0.0, "key_end": 0.5},
-        {"stream": "orders", "segment_id": 1, "key_start": 0.5, "key_end": 1.0},
-        {"stream": "orders", "segment_id": EPOCH1 | 2, "key_start": 0.5, "key_end": 0.75},
-        {"stream": "orders", "segment_id": EPOCH1 | 3, "key_start": 0.75, "key_end": 1.0},
-        {"stream": "payments", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
-        {"stream": "deliveries", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
-        {"stream": "refunds", "segment_id": 0, "key_start": 0.0, "key_end": 1.0},
-    ]
-
-
-def _mark(
-    stream: str,
-    writer: str,
-    t: int,
-    position: dict[int, int] | None,
-    kind: str = "note",
-    reported: int | None = None,
-) -> dict[str, Any]:
-    return {
-        "stream": stream,
-        "writer_id": writer,
-        "time_ms": t,
-        "position": None if position is None else list(position.items()),
-        "kind": kind,
-        "reported_at_ms": t if reported is None else reported,
-        "origin_id": None,
-        "seq": None,
-        "chunk": None,
-        "last_chunk": None,
-    }
-
-
-def _refund_mark(n: int, t: int) -> dict[str, Any]:
-    """Sequence ``n`` of the refunds uploader, in one chunk; the 30th is uploaded late."""
-    reported = REFUNDS_LATE_AT if n == REFUNDS_LATE_SEQ else t
-    mark = _mark("refunds", "r1", t, {0: 7 * n}, reported=reported)
-    return {**mark, "origin_id": "r1-upload", "seq": n, "chunk": 1, "last_chunk": True}
-
-
-def marks_for_hour(hour: int) -> Iterator[dict[str, Any]]:
-    """Marks reported in ``(START + hour h, START + (hour+1) h]``."""
+def report_hour(marks: dict[str, MarksWriter], planted: dict[str, MarksWriter], hour: int) -> None:
+    """The marks reported in ``(START + hour h, START + (hour+1) h]``, each at its own time. ``planted``
+    writers do not validate: they take the bad rows (``orders`` and :data:`OUTSIDE`)."""
+    orders, payments, deliveries, refunds = (marks[s] for s in STREAMS)
     first = START_MS + hour * HOUR + MINUTE
     for t in range(first, first + HOUR, MINUTE):
         n = (t - START_MS) // MINUTE
         right = {1: 100 * n} if t < SPLIT_AT else {EPOCH1 | 2: 40 * n, EPOCH1 | 3: 60 * n}
-        yield _mark("orders", "w1", t, {0: 100 * n})
-        yield _mark("orders", "w2", t, right)
+        orders.note("w1", t, {0: 100 * n}, reported_at=t)
+        orders.note("w2", t, right, reported_at=t)
         if t < W3_SHUTDOWN_AT:
-            yield _mark("orders", "w3", t, {0: 100 * n - 5, **{k: v - 5 for k, v in right.items()}})
+            orders.note("w3", t, {0: 100 * n - 5, **{k: v - 5 for k, v in right.items()}}, reported_at=t)
         elif t == W3_SHUTDOWN_AT:
-            yield _mark("orders", "w3", t, None, kind="shutdown")
+            orders.shutdown("w3", time=t, reported_at=t)
         if n % 15 == 0:
-            yield _mark("orders", "txn", t - 2 * MINUTE, {0: 100 * n - 50}, kind="commit", reported=t)
-            yield _mark("orders", "txn", t, {0: 100 * n}, kind="commit")
-        yield _mark("payments", "p1", t, {0: 10 * n})
-        yield _mark("deliveries", "d1", t, {0: 20 * n})
+            orders.commit("txn", t - 2 * MINUTE, {0: 100 * n - 50}, reported_at=t)
+            orders.commit("txn", t, {0: 100 * n}, reported_at=t)
+        payments.note("p1", t, {0: 10 * n}, reported_at=t)
+        deliveries.note("d1", t, {0: 20 * n}, reported_at=t)
         if t <= P2_SILENT_AFTER:
-            yield _mark("payments", "p2", t, {0: 10 * n + 3})
-        if t <= REFUNDS_SILENT_AFTER:
-            yield _refund_mark(n, t)
+            payments.note("p2", t, {0: 10 * n + 3}, reported_at=t)
+        if t <= REFUNDS_SILENT_AFTER:  # sequence n of the refunds uploader, one chunk; the 30th uploaded late
+            reported = REFUNDS_LATE_AT if n == REFUNDS_LATE_SEQ else t
+            refunds.note("r1", t, {0: 7 * n}, reported_at=reported, seq=n, origin_id="r1-upload")
     if hour == 0:
-        yield _mark("orders", "w1", first + 5 * MINUTE, {0: -1})  # negative offset
-        yield _mark("orders", "w2", first + 6 * MINUTE, {99: 10})  # unknown segment
-        yield _mark("../outside", "w9", first + 7 * MINUTE, {0: 1})  # path traversal attempt
-    if hour == 1:
-        yield _mark("orders", "w1", START_MS + 30 * MINUTE, {0: 9_999_999}, reported=first + 10 * MINUTE)
+        planted["orders"].note("w1", first + 5 * MINUTE, {0: -1}, reported_at=first + 5 * MINUTE)  # negative offset
+        planted["orders"].note("w2", first + 6 * MINUTE, {99: 10}, reported_at=first + 6 * MINUTE)  # unknown segment
+        planted[OUTSIDE].note("w9", first + 7 * MINUTE, {0: 1}, reported_at=first + 7 * MINUTE)  # path traversal
+    if hour == 1:  # a time that goes back, reported at 01:11
+        orders.note("w1", START_MS + 30 * MINUTE, {0: 9_999_999}, reported_at=first + 10 * MINUTE)
 
 
 def write(base: Path) -> dict[str, int]:
-    """Write ``marks/marks-hour-<h>.parquet`` files and ``segments/segments.parquet`` under ``base``."""
-    (base / "marks").mkdir(parents=True, exist_ok=True)
-    (base / "segments").mkdir(parents=True, exist_ok=True)
+    """Write ``segments/segments-<stream>.parquet`` and, per hour, ``marks/marks-hour-<h>-<stream>.parquet``
+    (``-planted`` for the bad rows) under ``base``; fixed names, so writing again replaces the files."""
+    marks = {stream: MarksWriter(base, stream) for stream in STREAMS}
+    planted = {stream: MarksWriter(base, stream, validate=False) for stream in ("orders", OUTSIDE)}
+    for stream, stream_segments in segments().items():
+        marks[stream].write_segments(stream_segments, name=f"segments-{stream}")
     counts = {}
     for hour in range(HOURS):
-        rows = list(marks_for_hour(hour))
-        pq.write_table(pa.Table.from_pylist(rows, MARKS_SCHEMA), base / "marks" / f"marks-hour-{hour:02d}.parquet")
-        counts[f"hour {hour}"] = len(rows)
-    pq.write_table(pa.Table.from_pylist(segments(), SEGMENTS_SCHEMA), base / "segments" / "segments.parquet")
+        report_hour(marks, planted, hour)
+        counts[f"hour {hour}"] = sum(w.pending for w in [*marks.values(), *planted.values()])
+        for stream, writer in marks.items():
+            writer.flush(name=f"marks-hour-{hour:02d}-{stream}")
+        planted["orders"].flush(name=f"marks-hour-{hour:02d}-orders-planted")
+        planted[OUTSIDE].flush(name=f"marks-hour-{hour:02d}-outside-planted")
     return counts
