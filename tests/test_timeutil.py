@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from airflow_provider_wm.timeutil import duration_ms
+from airflow_provider_wm.timeutil import duration_ms, format_ms
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
@@ -17,3 +17,10 @@ def test_a_duration_that_is_not_a_finite_number_fails_naming_the_argument(value)
 
 def test_durations_in_every_accepted_form():
     assert duration_ms(90, "d") == duration_ms("PT1M30S", "d") == 90_000
+
+
+def test_times_are_shown_in_iso_8601_utc_to_the_millisecond():
+    assert format_ms(1_767_229_200_005) == "2026-01-01T01:00:00.005Z"
+    assert format_ms(0) == "1970-01-01T00:00:00.000Z" and format_ms(None) == "-"
+    assert format_ms(253_402_300_799_999) == "9999-12-31T23:59:59.999Z"  # exact: no float rounding
+    assert format_ms(10**18) == "1000000000000000000 ms (not a date-time)"  # a damaged value never breaks a message

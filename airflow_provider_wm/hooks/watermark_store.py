@@ -35,13 +35,15 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
 
-from airflow_provider_wm.core.names import is_valid_stream_name
+from airflow_provider_wm.core.names import Input, is_valid_stream_name, watermark_label
 from airflow_provider_wm.core.reader import TimeWindow, Watermark, time_window
 from airflow_provider_wm.core.segments import Segment
+from airflow_provider_wm.timeutil import format_ms
 
 try:  # Airflow is present wherever the hook runs as a hook; the class also works without it.
     from airflow.sdk import BaseHook
@@ -53,7 +55,16 @@ log = logging.getLogger(__name__)
 _LOG_NAME = re.compile(r"(-?\d+)-(-?\d+)\.json")  # <computed_at_ms>-<lower_ms>.json, see publish()
 _RUN_NAME = re.compile(r"v(\d+)")
 
-__all__ = ["DamagedRecordError", "UnknownStreamError", "WatermarkStoreHook", "producer", "validate_name"]
+__all__ = [
+    "DamagedRecordError",
+    "UnknownKeyError",
+    "UnknownNameError",
+    "UnknownPipelineError",
+    "UnknownStreamError",
+    "WatermarkStoreHook",
+    "producer",
+    "validate_name",
+]
 
 
 class DamagedRecordError(ValueError):
@@ -72,10 +83,22 @@ class DamagedRecordError(ValueError):
         return type(self), (self.path, self.reason)
 
 
-class UnknownStreamError(LookupError):
+class UnknownNameError(LookupError):
+    """A name the store has never seen: a stream, a key of a stream, a pipeline. A sensor that finds no record
+    raises it (through the hook's ``fail_on_unknown`` reads) to tell a misspelt name or store path, which no
+    amount of waiting fixes, from a name that is known but has no record yet. ``unknown`` are the names asked
+    for, ``known`` what the store has instead, ``store`` its base path; the message names all three."""
+
+    unknown: list[str]
+    known: list[str]
+    store: str
+
+
+class UnknownStreamError(UnknownNameError):
     """Streams the store has never seen: no controller round reported them and no watermark of them was
-    published. The message names the store and the streams it has, so a misspelt name or store path shows
-    at once: ``unknown stream 'clikcs': the store at /data/store has clicks, orders``."""
+    published (``streams/<stream>/`` does not exist). The message names the store and the streams it has, so a
+    misspelt name or store path shows at once: ``unknown stream 'clikcs': the store at /data/store has clicks,
+    orders``."""
 
     def __init__(self, unknown: Sequence[str], known: Sequence[str], store: str) -> None:
         self.unknown, self.known, self.store = list(unknown), list(known), store
@@ -87,6 +110,46 @@ class UnknownStreamError(LookupError):
 
     def __reduce__(self) -> tuple[type[UnknownStreamError], tuple[list[str], list[str], str]]:
         return (UnknownStreamError, (self.unknown, self.known, self.store))
+
+
+class UnknownKeyError(UnknownNameError):
+    """Keys (``wm_key``) of a known ``stream`` that the store has never seen: no controller round reported a
+    mark with them (``streams/<stream>/keys/<key>/`` does not exist). ``known`` are the stream's keys; the
+    message shows them as the labels a sensor takes: ``unknown key 'ue' of stream 'orders': the store at
+    /data/store has orders:eu, orders:us``."""
+
+    def __init__(self, stream: str, unknown: Sequence[str], known: Sequence[str], store: str) -> None:
+        self.stream, self.unknown, self.known, self.store = stream, list(unknown), list(known), store
+        names = ", ".join(repr(name) for name in self.unknown)
+        has = (
+            ", ".join(watermark_label(stream, key) for key in self.known)
+            if self.known
+            else f"no keyed watermark of stream {stream!r}"
+        )
+        super().__init__(
+            f"unknown key{'s' if len(self.unknown) > 1 else ''} {names} of stream {stream!r}: "
+            f"the store at {store} has {has}"
+        )
+
+    def __reduce__(self) -> tuple[type[UnknownKeyError], tuple[str, list[str], list[str], str]]:
+        return (UnknownKeyError, (self.stream, self.unknown, self.known, self.store))
+
+
+class UnknownPipelineError(UnknownNameError):
+    """A pipeline the store has never seen: no run of it wrote anything (``pipelines/<pipeline>/`` does not
+    exist; its first run creates it before its Spark job starts). ``unknown pipeline 'ordrs_daily': the store
+    at /data/store has orders_5m, orders_daily``."""
+
+    def __init__(self, unknown: Sequence[str], known: Sequence[str], store: str) -> None:
+        self.unknown, self.known, self.store = list(unknown), list(known), store
+        names = ", ".join(repr(name) for name in self.unknown)
+        has = ", ".join(self.known) if self.known else "no pipelines yet"
+        super().__init__(
+            f"unknown pipeline{'s' if len(self.unknown) > 1 else ''} {names}: the store at {store} has {has}"
+        )
+
+    def __reduce__(self) -> tuple[type[UnknownPipelineError], tuple[list[str], list[str], str]]:
+        return (UnknownPipelineError, (self.unknown, self.known, self.store))
 
 
 def producer(record: Mapping[str, Any]) -> str:
@@ -208,8 +271,32 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         entries.sort()
         return entries
 
+    def read_latest_inputs(
+        self, inputs: Sequence[Input], *, fail_on_unknown: bool = False
+    ) -> dict[str, dict[str, Any] | None]:
+        """The newest record of each input (``(stream, wm_key)``) by its label (``orders``, ``orders:eu``),
+        ``None`` for an input without a watermark: what a stream sensor's poke and its trigger read.
+
+        With ``fail_on_unknown``, inputs without a record are told apart (:meth:`require_known_inputs`): one
+        whose stream (or key) the store has never seen raises :class:`UnknownStreamError`
+        (:class:`UnknownKeyError`); one the store knows, e.g. from a controller round that saw the stream but
+        emitted no watermark yet, stays ``None``, to be waited for. The names are listed only when a record is
+        missing, so once every input has a watermark a read is one small file per input. On a remote store
+        several inputs are read concurrently.
+        """
+        inputs = list(inputs)
+        if self._local or len(inputs) < 2:
+            found = [self.read_latest(stream, key) for stream, key in inputs]
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(inputs), 8)) as pool:
+                found = list(pool.map(lambda pair: self.read_latest(*pair), inputs))
+        if fail_on_unknown:
+            self.require_known_inputs(pair for pair, record in zip(inputs, found, strict=True) if record is None)
+        return {watermark_label(stream, key): record for (stream, key), record in zip(inputs, found, strict=True)}
+
     def list_streams(self) -> list[str]:
-        """The streams that have a watermark or a status in the store, sorted."""
+        """The streams that have a watermark or a status in the store (the folders under ``streams/``), sorted.
+        One directory listing, O(number of streams): no log or record is read."""
         return self._list_names(self._path("streams"))
 
     def require_known(self, streams: Iterable[str]) -> None:
@@ -224,6 +311,23 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         if unknown:
             raise UnknownStreamError(unknown, known, self.base_path)
 
+    def require_known_inputs(self, inputs: Iterable[Input]) -> None:
+        """Raise for inputs ``(stream, wm_key)`` the store has never seen: :class:`UnknownStreamError` naming
+        every unknown stream, else :class:`UnknownKeyError` naming the unknown keys of the first stream (by
+        name) that has any. One listing of the streams, plus one of a stream's keys per stream with a keyed
+        input."""
+        pairs = list(inputs)
+        self.require_known(stream for stream, _ in pairs)
+        keys: dict[str, set[str]] = {}
+        for stream, key in pairs:
+            if key is not None:
+                keys.setdefault(stream, set()).add(key)
+        for stream in sorted(keys):
+            known = self.list_keys(stream)
+            unknown = sorted(keys[stream] - set(known))
+            if unknown:
+                raise UnknownKeyError(stream, unknown, known, self.base_path)
+
     def list_keys(self, stream: str) -> list[str]:
         """The ``wm_key`` values that have a keyed watermark or status under ``stream``, sorted."""
         return self._list_names(self.stream_path(stream, "keys"))
@@ -232,7 +336,18 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         """The pipelines (windowed aggregates, incremental partitions) that have a folder in the store, sorted."""
         return self._list_names(self._path("pipelines"))
 
+    def require_known_pipeline(self, pipeline: str) -> None:
+        """Raise :class:`UnknownPipelineError` when no run of ``pipeline`` ever wrote to the store (one listing
+        of the store's pipelines)."""
+        known = self.list_pipelines()
+        if validate_name(pipeline, "pipeline") not in known:
+            raise UnknownPipelineError([pipeline], known, self.base_path)
+
     def _list_names(self, directory: str) -> list[str]:
+        """The valid names in ``directory``, sorted; none when it does not exist. One listing, no entry opened
+        or stat'ed. A stray file counts as a name: the Watermarks page flags it as damaged rather than hide it."""
+        if not self._local:
+            self.fs.invalidate_cache(directory)  # a cached listing must not hide a stream created since
         try:
             entries = self.fs.ls(directory, detail=False)
         except (FileNotFoundError, NotADirectoryError):  # a stray file where a folder belongs holds no names
@@ -281,9 +396,14 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         """Where the committed state document of ``pipeline`` lives."""
         return self._path("pipelines", validate_name(pipeline, "pipeline"), "state.json")
 
-    def read_pipeline_state(self, pipeline: str) -> dict[str, Any] | None:
-        """The committed state document of an incremental-partitions pipeline (one small read)."""
-        return self._read_json(self.pipeline_state_path(pipeline))
+    def read_pipeline_state(self, pipeline: str, *, fail_on_unknown: bool = False) -> dict[str, Any] | None:
+        """The committed state document of an incremental-partitions pipeline (one small read), ``None`` before
+        its first commit. With ``fail_on_unknown``, a pipeline without a document that the store has never
+        seen (:meth:`require_known_pipeline`) raises :class:`UnknownPipelineError` instead."""
+        document = self._read_json(self.pipeline_state_path(pipeline))
+        if document is None and fail_on_unknown:
+            self.require_known_pipeline(pipeline)
+        return document
 
     def read_json_url(self, url: str) -> dict[str, Any] | None:
         """Read a JSON document at an absolute URL or path (e.g. a job's manifest)."""
@@ -379,16 +499,17 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
                 )
             if latest is not None and lower <= int(latest["lower_ms"]):
                 log.warning(
-                    "Watermark of %s not written: lower_ms=%s is not above the latest %s",
+                    "Watermark of %s not written: lower_ms=%s (%s) is not above the latest %s",
                     what,
                     lower,
-                    latest["lower_ms"],
+                    format_ms(lower),
+                    format_ms(int(latest["lower_ms"])),
                 )
                 return False
             name = f"{int(record.get('computed_at_ms', 0)):015d}-{lower:015d}.json"
             self._write_atomic(self.watermark_path(stream, wm_key, "log", name), payload)
             self._write_atomic(self.watermark_path(stream, wm_key, "latest.json"), payload)
-        log.info("Published watermark of %s: lower_ms=%s", what, lower)
+        log.info("Published watermark of %s: lower_ms=%s (%s)", what, lower, format_ms(lower))
         return True
 
     def latest_lower_ms(self, stream: str, wm_key: str | None = None) -> int | None:

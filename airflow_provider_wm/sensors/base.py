@@ -43,7 +43,8 @@ class DeferrableStoreSensor(BaseSensorOperator):
         )
 
     def failed(self, message: str) -> NoReturn:
-        """A failure that no retry can fix (an unknown stream): a skip with ``soft_fail``, else a failure."""
+        """A failure that no retry can fix (a stream or pipeline the store has never seen): a skip with
+        ``soft_fail``, else :class:`AirflowFailException`, which fails the task without using its retries."""
         if self.soft_fail:
             raise AirflowSkipException(message)
         raise AirflowFailException(message)

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import Context, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_wm.arguments import require_paths
-from airflow_provider_wm.core.partitions import check_completeness, format_day
-from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.core.partitions import check_completeness
+from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
@@ -26,7 +27,8 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
     A work unit is one partition of the pipeline's time range times one of its units; the pipeline commits
     their high watermarks to its state document in the store, and each poke reads that one small document.
     Partitions are whole: a monthly partition counts only when all of the month is in. Before the pipeline's
-    first commit there is no document and nothing is complete.
+    first commit there is no document and nothing is complete. A pipeline that no run ever wrote to the store
+    is unknown: see ``fail_on_unknown_pipeline``. Log lines and messages show times in ISO-8601 UTC.
 
     Modes: ``poke`` and ``reschedule`` poll from the worker; ``deferrable=True`` (default from
     ``[operators] default_deferrable``) hands the waiting to :class:`PartitionWatermarkTrigger` in the
@@ -39,6 +41,17 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
     :param start: start of the range (ISO-8601 time, datetime or epoch ms); default the run's
         ``data_interval_start``. Templated.
     :param end: end of the range, exclusive; default the run's ``data_interval_end``. Templated.
+    :param fail_on_unknown_pipeline: what to do when the pipeline has no state document. The store tells a
+        pipeline it knows (a run of it wrote its request, before its Spark job started) from one it has never
+        seen; with ``True`` (default) a pipeline the store has never seen fails the task at once with
+        :class:`~airflow.sdk.exceptions.AirflowFailException` (no retries: waiting or retrying cannot fix a
+        misspelt name or store path), naming what the store has: ``pipeline='ordrs_daily': unknown pipeline
+        'ordrs_daily': the store at /data/store has orders_5m, orders_daily``. This happens at the first poke,
+        in poke, reschedule and deferrable mode alike (the trigger ends with an ``unknown_pipeline`` event);
+        ``soft_fail`` turns it into a skip. A known pipeline before its first commit is waited for as usual.
+        ``False`` waits for an unknown pipeline too, until the timeout: for a sensor that may run before the
+        pipeline's first run starts, typically one waiting on another DAG in a new deployment. A sensor
+        downstream of its pipeline's operator in the same DAG (the usual layout) never sees that race.
     :param storage_options: fsspec options of a remote store.
     """
 
@@ -53,6 +66,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         store_path: str,
         start: str | int | dt.datetime = "{{ data_interval_start }}",
         end: str | int | dt.datetime = "{{ data_interval_end }}",
+        fail_on_unknown_pipeline: bool = True,
         storage_options: dict[str, Any] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
@@ -65,6 +79,9 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         end_ms = None if is_templated(end) else to_epoch_ms(end, "end")
         if start_ms is not None and end_ms is not None:
             _check_range(start, end, start_ms, end_ms)
+        if not isinstance(fail_on_unknown_pipeline, bool):
+            raise ValueError(f"fail_on_unknown_pipeline={fail_on_unknown_pipeline!r} must be True or False")
+        self.fail_on_unknown_pipeline = fail_on_unknown_pipeline
         self.pipeline = pipeline
         self.store_path = store_path
         self.start = start
@@ -80,9 +97,11 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
     def poke(self, context: Context) -> PokeReturnValue:
         pipeline = validate_name(self.pipeline, "pipeline")
         start_ms, end_ms = self._range_ms()
-        document = WatermarkStoreHook(self.store_path, storage_options=self.storage_options).read_pipeline_state(
-            pipeline
-        )
+        store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
+        try:
+            document = store.read_pipeline_state(pipeline, fail_on_unknown=self.fail_on_unknown_pipeline)
+        except UnknownPipelineError as unknown:
+            raise AirflowFailException(f"{self._argument()}: {unknown}") from unknown
         result = check_completeness(document, start_ms, end_ms)
         window = f"[{format_ms(start_ms)}, {format_ms(end_ms)})"
         if document is None or result.work_units is None:
@@ -90,7 +109,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             return PokeReturnValue(is_done=False)
         if result.pending:
             first = ", ".join(
-                f"{format_day(s)}..{format_day(e)} {u or '-'}" for s, e, u in result.pending[:FIRST_PENDING]
+                f"[{format_ms(s)}, {format_ms(e)}) {u or '-'}" for s, e, u in result.pending[:FIRST_PENDING]
             )
             more = " ..." if len(result.pending) > FIRST_PENDING else ""
             self.log.info(
@@ -112,7 +131,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             document.get("run_id"),
             document.get("committed_at"),
         )
-        self._warn_if_nothing_checked(result.work_units, pipeline)
+        self._warn_if_nothing_checked(result.work_units, pipeline, start_ms, end_ms)
         return PokeReturnValue(
             is_done=True,
             xcom_value={
@@ -125,13 +144,17 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             },
         )
 
-    def _warn_if_nothing_checked(self, work_units: int, pipeline: str) -> None:
+    def _argument(self) -> str:
+        """The argument that names the pipeline, as the DAG gave it (rendered): ``pipeline='orders_daily'``."""
+        return f"pipeline={self.pipeline!r}"
+
+    def _warn_if_nothing_checked(self, work_units: int, pipeline: str, start_ms: int, end_ms: int) -> None:
         if work_units == 0:
             self.log.warning(
                 "Pipeline %s has no partition overlapping [%s, %s): nothing to wait for; check the range",
                 pipeline,
-                self.start,
-                self.end,
+                format_ms(start_ms),
+                format_ms(end_ms),
             )
 
     def trigger(self, context: Context, timeout_at_ms: int) -> PartitionWatermarkTrigger:
@@ -144,6 +167,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             poll_interval=self.poke_interval,
             timeout_at_ms=timeout_at_ms,
             storage_options=self.storage_options,
+            unknown_pipeline_argument=self._argument() if self.fail_on_unknown_pipeline else None,
         )
 
     def watermarks_page_query(self) -> dict[str, str]:
@@ -151,6 +175,8 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         return {"pipeline": self.pipeline}
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        if event.get("status") == "unknown_pipeline":
+            self.failed(event["message"])
         if event.get("status") == "success":
             result = {key: value for key, value in event.items() if key != "status"}
             self.log.info(
@@ -160,14 +186,17 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
                 result.get("run_id"),
                 result.get("committed_at"),
             )
-            self._warn_if_nothing_checked(int(result["work_units"]), str(result["pipeline"]))
+            self._warn_if_nothing_checked(
+                int(result["work_units"]), str(result["pipeline"]), int(result["start_ms"]), int(result["end_ms"])
+            )
             return result
         pending = event.get("pending")
-        what = (
-            "has no committed state document"
-            if pending is None
-            else f"has {pending} work units pending (first: {event.get('first_pending')})"
-        )
+        if pending is None:
+            what = "has no committed state document"
+        else:
+            shown = list(event.get("first_pending") or [])
+            first = ", ".join(f"[{start}, {end}) {unit or '-'}" for start, end, unit in shown)
+            what = f"has {pending} work units pending (first: {first}{' ...' if pending > len(shown) else ''})"
         message = (
             f"Pipeline {event.get('pipeline')} {what} in [{format_ms(event.get('start_ms'))}, "
             f"{format_ms(event.get('end_ms'))}) after the timeout of {self.timeout}s"
@@ -177,4 +206,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
 
 def _check_range(start: Any, end: Any, start_ms: int, end_ms: int) -> None:
     if start_ms >= end_ms:
-        raise ValueError(f"start={start!r} must be before end={end!r}")
+        raise ValueError(
+            f"start={start!r} must be before end={end!r} (the range [{format_ms(start_ms)}, {format_ms(end_ms)}) "
+            "is empty)"
+        )

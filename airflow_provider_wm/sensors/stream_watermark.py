@@ -13,8 +13,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.contracts import WatermarkReached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
-from airflow_provider_wm.core.names import Input, parse_inputs, watermark_label
-from airflow_provider_wm.hooks.watermark_store import UnknownStreamError, WatermarkStoreHook, validate_name
+from airflow_provider_wm.core.names import Input, parse_inputs
+from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
@@ -60,11 +60,20 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     :param idle_timeout: how long a stream's watermark may stay put before the stream is idle: a
         ``timedelta``, seconds or ISO-8601 (``PT30M``). Default: no stream is ever idle.
     :param when_all_idle: ``"wait"`` (default) or ``"highest"``, see above.
-    :param fail_on_unknown_stream: when a stream has no watermark and the store has never seen it (no
-        controller round reported it), fail at once, without retries, naming the streams the store has: a
-        misspelt stream or store path would otherwise wait until the timeout. ``False`` waits for it
-        instead: for a sensor that may start before the first round of the controller that creates the
-        stream. Default ``True``.
+    :param fail_on_unknown_stream: what to do when an input has no watermark. The store tells a stream it
+        knows (a controller round reported it, or a watermark of it was published) from one it has never seen;
+        with ``True`` (default) a stream, or a ``wm_key`` of a stream, that the store has never seen fails the
+        task at once with :class:`~airflow.sdk.exceptions.AirflowFailException` (no retries: waiting or
+        retrying cannot fix a misspelt name or store path), naming the argument and what the store has:
+        ``stream='clikcs': unknown stream 'clikcs': the store at /data/store has clicks, refunds``. This
+        happens at the first poke, in poke, reschedule and deferrable mode alike (the trigger ends with an
+        ``unknown_stream`` event); ``soft_fail`` turns it into a skip. A stream that is known but has no
+        watermark yet is waited for as usual. ``False`` waits for unknown streams too, until the timeout: for
+        a sensor that may run before the stream exists, i.e. before the first round of the controller that
+        reports it or, for a derived stream, before the upstream pipeline's first watermark (a derived
+        stream appears with its first watermark), typically a sensor waiting on another DAG in a new
+        deployment. The default is ``True`` because on a running deployment every stream a sensor names
+        already exists, so an unknown one is a mistake that would otherwise show only as a timeout hours later.
     :param storage_options: fsspec options of a remote store.
     """
 
@@ -129,12 +138,10 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
 
     def _check(self, inputs: list[Input], threshold_ms: int) -> WatermarkReached:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
-        records = {watermark_label(stream, key): store.read_latest(stream, key) for stream, key in inputs}
-        if self.fail_on_unknown_stream:
-            try:
-                store.require_known(s for (s, k) in inputs if records[watermark_label(s, k)] is None)
-            except UnknownStreamError as unknown:
-                raise AirflowFailException(f"{self._argument()}: {unknown}") from unknown
+        try:
+            records = store.read_latest_inputs(inputs, fail_on_unknown=self.fail_on_unknown_stream)
+        except UnknownNameError as unknown:
+            raise AirflowFailException(f"{self._argument()}: {unknown}") from unknown
         check = check_watermarks(
             records,
             threshold_ms,

@@ -4,7 +4,6 @@ every work unit of a time range."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,17 +11,13 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_wm.core.partitions import check_completeness
-from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook
+from airflow_provider_wm.timeutil import format_ms
 
-__all__ = ["PartitionWatermarkTrigger", "iso_utc"]
+__all__ = ["PartitionWatermarkTrigger"]
 
 FIRST_PENDING = 5
 """How many pending work units events and log lines name."""
-
-
-def iso_utc(ms: int) -> str:
-    """Epoch ms as an ISO-8601 UTC date-time (``2026-01-01T00:00:00+00:00``)."""
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat()
 
 
 class PartitionWatermarkTrigger(BaseTrigger):
@@ -37,6 +32,16 @@ class PartitionWatermarkTrigger(BaseTrigger):
     ``{"status": "timeout", "pipeline", "start_ms", "end_ms", "pending": <count, None without a document>,
     "first_pending": [[start_iso, end_iso, unit], ...] (at most 5)}``: the sensor turns that into a sensor
     timeout or, with ``soft_fail``, a skip.
+
+    With ``unknown_pipeline_argument`` (the sensor's argument, e.g. ``"pipeline='orders_daily'"``), a pipeline
+    without a state document that the store has never seen (no run of it wrote anything) ends the wait with
+    ``{"status": "unknown_pipeline", "message": "<argument>: unknown pipeline ...: the store at <path> has
+    <names>"}``; the store hook decides (:meth:`WatermarkStoreHook.read_pipeline_state` with
+    ``fail_on_unknown``), the trigger only reports. ``None`` (the default, and what triggers serialised by
+    older versions load with) waits for it.
+
+    Times in its log lines and in ``first_pending`` are ISO-8601 UTC
+    (:func:`airflow_provider_wm.timeutil.format_ms`).
     """
 
     def __init__(
@@ -50,6 +55,7 @@ class PartitionWatermarkTrigger(BaseTrigger):
         timeout_at_ms: int | None = None,
         storage_options: dict[str, Any] | None = None,
         last_pending: int | None = None,
+        unknown_pipeline_argument: str | None = None,
     ) -> None:
         super().__init__()
         self.store_path = store_path
@@ -60,6 +66,7 @@ class PartitionWatermarkTrigger(BaseTrigger):
         self.timeout_at_ms = timeout_at_ms
         self.storage_options = dict(storage_options or {})
         self.last_pending = last_pending
+        self.unknown_pipeline_argument = unknown_pipeline_argument
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -73,13 +80,21 @@ class PartitionWatermarkTrigger(BaseTrigger):
                 "timeout_at_ms": self.timeout_at_ms,
                 "storage_options": self.storage_options,
                 "last_pending": self.last_pending,
+                "unknown_pipeline_argument": self.unknown_pipeline_argument,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
         while True:
-            document = await asyncio.to_thread(store.read_pipeline_state, self.pipeline)
+            try:
+                document = await asyncio.to_thread(
+                    store.read_pipeline_state, self.pipeline, fail_on_unknown=self.unknown_pipeline_argument is not None
+                )
+            except UnknownPipelineError as unknown:
+                message = f"{self.unknown_pipeline_argument}: {unknown}"
+                yield TriggerEvent({"status": "unknown_pipeline", "message": message})
+                return
             result = check_completeness(document, self.start_ms, self.end_ms)
             self.last_pending = None if result.work_units is None else len(result.pending)
             if document is not None and result.complete:
@@ -104,7 +119,8 @@ class PartitionWatermarkTrigger(BaseTrigger):
                         "end_ms": self.end_ms,
                         "pending": self.last_pending,
                         "first_pending": [
-                            [iso_utc(start), iso_utc(end), unit] for start, end, unit in result.pending[:FIRST_PENDING]
+                            [format_ms(start), format_ms(end), unit]
+                            for start, end, unit in result.pending[:FIRST_PENDING]
                         ],
                     }
                 )
@@ -113,8 +129,8 @@ class PartitionWatermarkTrigger(BaseTrigger):
                 "Pipeline %s: %s work units pending in [%s, %s); next poll in %ss",
                 self.pipeline,
                 "all (no state document)" if self.last_pending is None else self.last_pending,
-                iso_utc(self.start_ms),
-                iso_utc(self.end_ms),
+                format_ms(self.start_ms),
+                format_ms(self.end_ms),
                 self.poll_interval,
             )
             await asyncio.sleep(self.poll_interval)

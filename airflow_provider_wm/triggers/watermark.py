@@ -18,7 +18,7 @@ from airflow_provider_wm.contracts import WatermarkReached
 from airflow_provider_wm.core import names
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import watermark_label
-from airflow_provider_wm.hooks.watermark_store import UnknownStreamError, WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook
 from airflow_provider_wm.timeutil import format_ms
 
 __all__ = ["WatermarkTrigger", "describe_check"]
@@ -67,9 +67,14 @@ class WatermarkTrigger(BaseTrigger):
     timeout.
 
     With ``unknown_stream_argument`` (the sensor's argument that names the streams, e.g. ``"stream='orders'"``)
-    an input without a watermark that the store has never seen ends the wait with ``{"status":
-    "unknown_stream", "message"}`` (:meth:`WatermarkStoreHook.require_known`); ``None`` (the default, and
-    what triggers serialised by older versions load with) waits for it.
+    an input without a watermark whose stream or key the store has never seen ends the wait with
+    ``{"status": "unknown_stream", "message": "<argument>: unknown stream ...: the store at <path> has
+    <names>"}``; the store hook decides (:meth:`WatermarkStoreHook.read_latest_inputs` with
+    ``fail_on_unknown``), the trigger only reports. ``None`` (the default, and what triggers serialised by
+    older versions load with) waits for it.
+
+    Every time in its log lines is ISO-8601 UTC (:func:`airflow_provider_wm.timeutil.format_ms`); its events
+    carry epoch milliseconds, which the sensor formats the same way.
     """
 
     def __init__(
@@ -140,20 +145,16 @@ class WatermarkTrigger(BaseTrigger):
         inputs = self.input_list()
         labels = [watermark_label(stream, key) for stream, key in inputs]
         while True:
-            records = await asyncio.gather(
-                *(asyncio.to_thread(store.read_latest, stream, key) for stream, key in inputs)
-            )
-            if self.unknown_stream_argument is not None:
-                missing = [stream for (stream, _), record in zip(inputs, records, strict=True) if record is None]
-                try:
-                    await asyncio.to_thread(store.require_known, missing)
-                except UnknownStreamError as unknown:
-                    yield TriggerEvent(
-                        {"status": "unknown_stream", "message": f"{self.unknown_stream_argument}: {unknown}"}
-                    )
-                    return
+            try:
+                records = await asyncio.to_thread(
+                    store.read_latest_inputs, inputs, fail_on_unknown=self.unknown_stream_argument is not None
+                )
+            except UnknownNameError as unknown:
+                message = f"{self.unknown_stream_argument}: {unknown}"
+                yield TriggerEvent({"status": "unknown_stream", "message": message})
+                return
             check = check_watermarks(
-                dict(zip(labels, records, strict=True)),
+                records,
                 self.threshold_ms,
                 reference_ms=self.reference_ms,
                 idle_timeout_ms=self.idle_timeout_ms,
@@ -161,7 +162,7 @@ class WatermarkTrigger(BaseTrigger):
             )
             if check.watermark_ms is not None:
                 self.last_seen_lower_ms = check.watermark_ms
-            payload = WatermarkReached.of(check, dict(zip(labels, records, strict=True))).to_json()
+            payload = WatermarkReached.of(check, records).to_json()
             self.last_seen_inputs = payload["streams"]
             if check.passed:
                 yield TriggerEvent(

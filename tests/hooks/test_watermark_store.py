@@ -7,7 +7,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, UnknownStreamError, WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import (
+    DamagedRecordError,
+    UnknownKeyError,
+    UnknownNameError,
+    UnknownPipelineError,
+    UnknownStreamError,
+    WatermarkStoreHook,
+)
 
 
 def record(lower: int, stream: str = "orders", computed_at: int | None = None, wm_key: str | None = None) -> dict:
@@ -384,3 +391,117 @@ def test_a_stray_file_where_a_folder_belongs_lists_no_names(tmp_path):
     assert store.list_streams() == ["junk", "orders"]
     assert store.list_keys("junk") == []
     assert store.list_pipeline_runs("daily") == []
+
+
+# --- known and unknown names: what a sensor tells apart when it finds no record ----------------------------------
+
+
+def test_listing_the_streams_reads_no_record_and_no_log(tmp_path, monkeypatch):
+    store = WatermarkStoreHook(str(tmp_path))
+    for lower in (10, 20, 30):
+        store.publish(record(lower, stream="orders"))
+    store.publish(record(5, stream="payments"))
+    (tmp_path / "streams" / "payments" / "latest.json").write_text("{damaged")  # never opened by a listing
+    opened = []
+    real_open = store.fs.open
+    monkeypatch.setattr(store.fs, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
+    assert store.list_streams() == ["orders", "payments"]
+    store.require_known(["orders", "payments"])
+    assert opened == []
+
+
+def test_read_latest_inputs_returns_each_inputs_record_by_label_and_none_for_a_known_stream_without_one(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(10, stream="orders"))
+    store.publish(record(20, stream="orders", wm_key="eu"))
+    store.write_stream_status("payments", {"stream": "payments", "status": "WAITING_FOR_WRITERS"})
+    store.write_stream_status("orders", {"status": "WAITING_FOR_WRITERS"}, wm_key="us")
+    inputs = [("orders", None), ("orders", "eu"), ("orders", "us"), ("payments", None)]
+    records = store.read_latest_inputs(inputs, fail_on_unknown=True)
+    assert list(records) == ["orders", "orders:eu", "orders:us", "payments"]
+    assert (records["orders"]["lower_ms"], records["orders:eu"]["lower_ms"]) == (10, 20)
+    assert records["orders:us"] is None and records["payments"] is None  # known, no watermark yet: wait
+    assert store.read_latest_inputs([("ordres", None)]) == {"ordres": None}  # without the check: just missing
+
+
+def test_read_latest_inputs_fails_on_a_stream_the_store_has_never_seen_naming_what_it_has(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(10, stream="clicks"))
+    store.write_stream_status("refunds", {"status": "WAITING_FOR_WRITERS"})
+    with pytest.raises(UnknownStreamError) as unknown:
+        store.read_latest_inputs([("clicks", None), ("clikcs", None)], fail_on_unknown=True)
+    assert str(unknown.value) == f"unknown stream 'clikcs': the store at {tmp_path} has clicks, refunds"
+    assert isinstance(unknown.value, UnknownNameError) and isinstance(unknown.value, LookupError)
+
+
+def test_a_stream_with_a_watermark_is_never_checked_against_the_listing(tmp_path, monkeypatch):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(10, stream="orders"))
+    listed = []
+    monkeypatch.setattr(store.fs, "ls", lambda *a, **k: listed.append(a) or [])
+    assert store.read_latest_inputs([("orders", None)], fail_on_unknown=True)["orders"]["lower_ms"] == 10
+    assert listed == []  # a poke stays one small read per input once every input has a watermark
+
+
+def test_an_unknown_key_of_a_known_stream_names_the_keys_the_stream_has_as_labels(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(10, stream="orders", wm_key="eu"))
+    store.write_stream_status("orders", {"status": "WAITING_FOR_WRITERS"}, wm_key="us")
+    store.publish(record(10, stream="payments"))
+    with pytest.raises(UnknownKeyError) as unknown:
+        store.read_latest_inputs([("orders", "ue"), ("orders", "eu"), ("orders", "uz")], fail_on_unknown=True)
+    assert str(unknown.value) == (
+        f"unknown keys 'ue', 'uz' of stream 'orders': the store at {tmp_path} has orders:eu, orders:us"
+    )
+    with pytest.raises(UnknownKeyError, match=r"of stream 'payments': the store at .* has no keyed watermark of"):
+        store.read_latest_inputs([("payments", "eu")], fail_on_unknown=True)
+    with pytest.raises(UnknownStreamError, match="unknown stream 'ordres'"):  # an unknown stream comes first
+        store.read_latest_inputs([("ordres", "eu"), ("orders", "ue")], fail_on_unknown=True)
+
+
+def test_a_pipeline_is_known_once_a_run_wrote_to_the_store_and_unknown_before(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    with pytest.raises(UnknownPipelineError, match=f"unknown pipeline 'daily': the store at {tmp_path} has no"):
+        store.read_pipeline_state("daily", fail_on_unknown=True)
+    assert store.read_pipeline_state("daily") is None  # without the check: no document yet
+    store.write_json_url(store.pipeline_url("daily", "runs", "v1", "request.json"), {"pipeline": "daily"})
+    store.write_pipeline_state("hourly", {"version": 1})
+    assert store.read_pipeline_state("daily", fail_on_unknown=True) is None  # first run in flight: wait
+    with pytest.raises(UnknownPipelineError) as unknown:
+        store.read_pipeline_state("dialy", fail_on_unknown=True)
+    assert str(unknown.value) == f"unknown pipeline 'dialy': the store at {tmp_path} has daily, hourly"
+    assert store.read_pipeline_state("hourly", fail_on_unknown=True) == {"version": 1}
+
+
+def test_unknown_name_errors_survive_pickling():
+    for error in (
+        UnknownStreamError(["a"], ["b", "c"], "/s"),
+        UnknownKeyError("orders", ["ue"], ["eu"], "/s"),
+        UnknownPipelineError(["p"], [], "/s"),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error) and copy.known == error.known
+
+
+def test_a_remote_store_reads_several_inputs_and_sees_a_stream_created_after_its_first_listing():
+    store = WatermarkStoreHook("memory://known-names")
+    store.publish(record(10, stream="orders"))
+    assert store.read_latest_inputs([("orders", None), ("payments", None)]) == {
+        "orders": store.read_latest("orders"),
+        "payments": None,
+    }
+    with pytest.raises(UnknownStreamError, match="unknown stream 'payments': the store at memory://known-names"):
+        store.read_latest_inputs([("payments", None)], fail_on_unknown=True)
+    WatermarkStoreHook("memory://known-names").write_stream_status("payments", {"status": "WAITING_FOR_WRITERS"})
+    assert store.read_latest_inputs([("orders", None), ("payments", None)], fail_on_unknown=True)["payments"] is None
+
+
+def test_publish_logs_its_times_in_iso_utc(tmp_path, caplog):
+    store = WatermarkStoreHook(str(tmp_path))
+    caplog.set_level("INFO")
+    store.publish(record(1_767_229_200_000))
+    store.publish(record(1_767_225_600_000))
+    assert "lower_ms=1767229200000 (2026-01-01T01:00:00.000Z)" in caplog.text
+    assert "lower_ms=1767225600000 (2026-01-01T00:00:00.000Z) is not above the latest 2026-01-01T01:00:00.000Z" in (
+        caplog.text
+    )

@@ -18,11 +18,13 @@ from tests.hooks.test_watermark_store import record
 THRESHOLD = datetime(2026, 1, 1, 1, tzinfo=UTC)
 
 
-def seen_without_watermark(store_path, *streams: str) -> None:
-    """Streams as a controller round leaves those it has seen but not emitted a watermark for: a status only."""
+def seen_without_watermark(store_path, *labels: str) -> None:
+    """Streams (``"orders"``) or keys of streams (``"orders:eu"``) as a controller round leaves those it has seen
+    but not emitted a watermark for: a status only."""
     store = WatermarkStoreHook(str(store_path))
-    for stream in streams:
-        store.write_stream_status(stream, {"status": "WAITING_FOR_WRITERS"})
+    for label in labels:
+        stream, _, key = label.partition(":")
+        store.write_stream_status(stream, {"status": "WAITING_FOR_WRITERS"}, key or None)
 
 
 THRESHOLD_MS = int(THRESHOLD.timestamp() * 1000)
@@ -164,7 +166,7 @@ def test_templated_stream_entries_are_checked_when_rendered_and_durations_parse(
 
 
 def test_deferrable_execute_with_several_streams_hands_all_of_them_to_the_trigger(tmp_path):
-    seen_without_watermark(tmp_path, "orders", "payments")
+    seen_without_watermark(tmp_path, "orders:eu", "payments")
     sensor = StreamWatermarkSensor(
         task_id="t",
         streams=["orders:eu", "payments"],
@@ -386,10 +388,11 @@ def test_the_poke_log_line_shows_each_stream(tmp_path, capsys):
     capsys.readouterr()
     assert not sensor.poke({}).is_done
     line = capsys.readouterr().out  # the task logger writes to the task's stdout
-    assert "Streams orders, payments, returns: coalesced watermark -, threshold 2026-01-01 01:00:00.000Z" in line
-    assert "orders: 2026-01-01 01:00:00.005Z (advanced 2026-01-01 00:59:00.000Z)" in line
-    assert "payments: idle, 2026-01-01 00:59:59.995Z (advanced 2025-12-31 23:00:00.000Z)" in line
+    assert "Streams orders, payments, returns: coalesced watermark -, threshold 2026-01-01T01:00:00.000Z" in line
+    assert "orders: 2026-01-01T01:00:00.005Z (advanced 2026-01-01T00:59:00.000Z)" in line
+    assert "payments: idle, 2026-01-01T00:59:59.995Z (advanced 2025-12-31T23:00:00.000Z)" in line
     assert "returns: no watermark yet" in line
+    assert str(THRESHOLD_MS) not in line and str(THRESHOLD_MS + 5) not in line  # no raw epoch milliseconds
 
 
 def test_the_timeout_names_each_streams_watermark_and_idleness(airflow_db, tmp_path):
@@ -410,8 +413,11 @@ def test_the_timeout_names_each_streams_watermark_and_idleness(airflow_db, tmp_p
     trigger = WatermarkTrigger(**{**sensor.trigger({}, int(time.time() * 1000)).serialize()[1], "poll_interval": 0.01})
     event = first_event(trigger)
     assert event["status"] == "timeout"
-    with pytest.raises(AirflowSensorTimeout, match=r"payments: idle, .* all streams idle \(when_all_idle='wait'\)"):
+    all_idle = r"payments: idle, .* all streams idle \(when_all_idle='wait'\)"
+    with pytest.raises(AirflowSensorTimeout, match=all_idle) as e:
         sensor.execute_complete({}, event)
+    assert "did not reach 2026-01-01T01:00:00.000Z within the timeout of 60" in str(e.value)
+    assert "orders: idle, 2026-01-01T01:00:00.005Z (advanced 2025-12-31T23:00:00.000Z)" in str(e.value)
 
 
 def first_event(trigger: WatermarkTrigger) -> dict:
@@ -509,3 +515,42 @@ def test_with_soft_fail_an_unknown_stream_skips_in_either_mode(airflow_db, tmp_p
     dag = sensor_dag(str(tmp_path), timeout=600, soft_fail=True, deferrable=deferrable)
     _run, states = run_dag(dag)
     assert states == {"wait": "skipped"}
+
+
+def test_a_known_stream_without_a_watermark_is_waited_for_in_poke_mode(tmp_path):
+    seen_without_watermark(tmp_path, "orders")  # a controller round saw it, no watermark yet
+    sensor = StreamWatermarkSensor(task_id="t", stream="orders", store_path=str(tmp_path), threshold=THRESHOLD_MS)
+    assert not sensor.poke({}).is_done
+    WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS))
+    assert sensor.poke({}).is_done
+
+
+def test_an_unknown_key_of_a_known_stream_fails_the_poke_naming_the_streams_keys(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.publish(record(THRESHOLD_MS - 5, "orders", wm_key="eu"))
+    store.publish(record(THRESHOLD_MS - 5, "orders", wm_key="us"))
+    sensor = StreamWatermarkSensor(
+        task_id="t", streams=["orders:eu", "orders:ue"], store_path=str(tmp_path), threshold=THRESHOLD_MS
+    )
+    with pytest.raises(AirflowFailException) as failed:
+        sensor.poke({})
+    assert str(failed.value) == (
+        f"streams=['orders:eu', 'orders:ue']: unknown key 'ue' of stream 'orders': the store at {tmp_path} has "
+        "orders:eu, orders:us"
+    )
+
+
+def test_the_trigger_a_deferrable_sensor_hands_over_ends_with_the_known_names_and_the_sensor_fails(tmp_path):
+    """The stream disappears from the store (e.g. a store moved) between the first poke and the trigger."""
+    seen_without_watermark(tmp_path, "clicks", "refunds")
+    sensor = StreamWatermarkSensor(
+        task_id="t", stream="clikcs", store_path=str(tmp_path), threshold=THRESHOLD_MS, deferrable=True, timeout=60
+    )
+    trigger = sensor.trigger({}, int(time.time() * 1000) + 60_000)
+    trigger = WatermarkTrigger(**trigger.serialize()[1])  # as the triggerer loads it
+    event = first_event(trigger)
+    message = f"stream='clikcs': unknown stream 'clikcs': the store at {tmp_path} has clicks, refunds"
+    assert event == {"status": "unknown_stream", "message": message}
+    with pytest.raises(AirflowFailException) as failed:
+        sensor.execute_complete({}, event)
+    assert str(failed.value) == message

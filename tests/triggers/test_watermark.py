@@ -34,6 +34,13 @@ ALL_TRIGGERS = [
     ),
     WatermarkTrigger(store_path="/tmp/x", stream="orders", threshold_ms=5, idle_timeout_ms=1000),
     WatermarkTrigger(store_path="/tmp/x", stream="orders", threshold_ms=5, unknown_stream_argument="stream='orders'"),
+    WatermarkTrigger(
+        store_path="/tmp/x",
+        inputs=[["orders", "eu"]],
+        threshold_ms=5,
+        unknown_stream_argument="streams=['orders:eu']",
+        last_seen_inputs={"orders:eu": {"lower_ms": None, "last_advanced_ms": None, "idle": False}},
+    ),
 ]
 
 
@@ -225,3 +232,59 @@ def test_without_the_argument_an_unseen_input_is_waited_for_like_a_trigger_of_an
     )
     event = first_event(trigger)
     assert event["status"] == "timeout" and event["streams"]["orders"]["lower_ms"] is None
+
+
+def test_an_unknown_key_of_a_known_stream_ends_the_wait_too(tmp_path):
+    WatermarkStoreHook(str(tmp_path)).publish(record(50, wm_key="eu"))
+    trigger = WatermarkTrigger(
+        store_path=str(tmp_path), inputs=[["orders", "ue"]], threshold_ms=100, unknown_stream_argument="x"
+    )
+    assert first_event(trigger) == {
+        "status": "unknown_stream",
+        "message": f"x: unknown key 'ue' of stream 'orders': the store at {tmp_path} has orders:eu",
+    }
+
+
+def test_a_known_stream_without_a_watermark_keeps_the_trigger_waiting_until_one_arrives(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.write_stream_status("orders", {"status": "WAITING_FOR_WRITERS"})  # a controller round saw it
+    trigger = WatermarkTrigger(
+        store_path=str(tmp_path),
+        stream="orders",
+        threshold_ms=100,
+        poll_interval=0.05,
+        unknown_stream_argument="stream='orders'",
+    )
+
+    async def scenario():
+        task = asyncio.ensure_future(first_event_async(trigger))
+        await asyncio.sleep(0.3)
+        assert not task.done()  # known, no watermark yet: not an unknown stream
+        await asyncio.to_thread(store.publish, record(100))
+        return await asyncio.wait_for(task, 5)
+
+    event = asyncio.run(scenario())
+    assert event["status"] == "success" and event["watermark"]["watermark_ms"] == 100
+
+
+def test_the_triggers_log_lines_show_times_in_iso_utc_not_epoch_milliseconds(tmp_path, capfd):
+    threshold = 1_767_229_200_000  # 2026-01-01T01:00:00Z
+    WatermarkStoreHook(str(tmp_path)).publish(record(threshold - 5, computed_at=threshold - MINUTE))
+    trigger = WatermarkTrigger(
+        store_path=str(tmp_path),
+        stream="orders",
+        threshold_ms=threshold,
+        poll_interval=0.05,
+        timeout_at_ms=int(time.time() * 1000) + 200,
+        unknown_stream_argument="stream='orders'",
+    )
+    capfd.readouterr()
+    assert first_event(trigger)["status"] == "timeout"
+    out = capfd.readouterr().out  # the triggerer's logger writes to its stdout
+    polls = [line[line.index("] ") + 2 :] for line in out.splitlines() if "next poll in" in line]
+    assert polls, out
+    assert polls[0].startswith(
+        "Streams orders: coalesced watermark 2026-01-01T00:59:59.995Z, threshold 2026-01-01T01:00:00.000Z; "
+        "orders: 2026-01-01T00:59:59.995Z (advanced 2026-01-01T00:59:00.000Z)"
+    )
+    assert not any(str(value) in line for line in polls for value in (threshold, threshold - 5))
