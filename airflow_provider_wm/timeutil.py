@@ -8,6 +8,8 @@ from typing import Any
 
 import pendulum
 
+from airflow_provider_wm.core.times import format_ms
+
 __all__ = ["duration_ms", "format_ms", "is_templated", "to_epoch_ms"]
 
 
@@ -65,25 +67,3 @@ def duration_ms(value: Any, argument: str) -> int:
     if ms < 0:
         raise ValueError(f"{argument}={value!r} must not be negative")
     return ms
-
-
-def format_ms(value: int | None) -> str:
-    """Epoch milliseconds as an ISO-8601 UTC date-time to the millisecond (``-`` for none): the one form in
-    which log lines and error messages show a time, never raw epoch milliseconds. Exact to the millisecond
-    (integer arithmetic); a value no date-time can hold is shown as itself rather than failing the message.
-
-    >>> format_ms(1767225601005), format_ms(0), format_ms(None)
-    ('2026-01-01T00:00:01.005Z', '1970-01-01T00:00:00.000Z', '-')
-    >>> format_ms(253_402_300_799_999), format_ms(10**18)
-    ('9999-12-31T23:59:59.999Z', '1000000000000000000 ms (not a date-time)')
-    """
-    if value is None:
-        return "-"
-    try:
-        moment = _EPOCH + dt.timedelta(milliseconds=int(value))
-    except (OverflowError, ValueError, TypeError):
-        return f"{value} ms (not a date-time)"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -30,7 +30,7 @@ from airflow_provider_wm.contracts.partitions import (
     WorkUnitOutcome,
     WorkUnitRequest,
 )
-from airflow_provider_wm.contracts.sensors import InputWatermark, WatermarkReached
+from airflow_provider_wm.contracts.sensors import InputWatermark, WatermarkReached, describe_reached
 from airflow_provider_wm.contracts.store import Watermark, WatermarkRecord
 from airflow_provider_wm.contracts.windowed import (
     PaneCounts,
@@ -66,5 +66,6 @@ __all__ = [
     "WindowedTotals",
     "WorkUnitOutcome",
     "WorkUnitRequest",
+    "describe_reached",
     "parse_manifest",
 ]

@@ -8,8 +8,9 @@ from typing import Any
 
 from airflow_provider_wm.contracts.codec import Contract
 from airflow_provider_wm.core.coalescing import WatermarkCheck
+from airflow_provider_wm.core.times import format_ms
 
-__all__ = ["InputWatermark", "WatermarkReached"]
+__all__ = ["InputWatermark", "WatermarkReached", "describe_reached"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,25 @@ class WatermarkReached(Contract):
         return cls(
             check.watermark_ms, check.threshold_ms, check.all_idle, list(check.idle), list(check.waiting), streams
         )
+
+
+def describe_reached(payload: Mapping[str, Any], when_all_idle: str | None = None) -> str:
+    """One line from a :class:`~airflow_provider_wm.contracts.WatermarkReached` as JSON (or an event carrying
+    its fields): the coalesced watermark against the threshold, then each input's watermark, when it last
+    advanced and whether idle."""
+    parts = []
+    for label, state in dict(payload.get("streams") or {}).items():
+        if state.get("lower_ms") is None:
+            parts.append(f"{label}: no watermark yet")
+            continue
+        idle = "idle, " if state.get("idle") else ""
+        parts.append(
+            f"{label}: {idle}{format_ms(state['lower_ms'])} (advanced {format_ms(state.get('last_advanced_ms'))})"
+        )
+    line = (
+        f"coalesced watermark {format_ms(payload.get('watermark_ms'))}, "
+        f"threshold {format_ms(payload.get('threshold_ms'))}; {'; '.join(parts)}"
+    )
+    if payload.get("all_idle"):
+        line += " - all streams idle" + (f" (when_all_idle={when_all_idle!r})" if when_all_idle else "")
+    return line

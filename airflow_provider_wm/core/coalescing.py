@@ -1,57 +1,44 @@
-"""Keyed, idle-aware watermark coalescing over N inputs (Hazelcast Jet).
+"""Idle-aware watermark coalescing over N inputs (Hazelcast Jet).
 
 A watermark ``M`` on a stream says that events with a time below ``M`` are late. When N input streams merge
-into one, the output watermark is *coalesced* from the inputs, for each key separately:
+into one, the output watermark is *coalesced* from the inputs:
 
-1. **Monotonicity.** Per input and key, watermarks are strictly increasing: one that is not higher than the
-   input's previous watermark for that key raises :class:`NonIncreasingWatermark` and changes nothing.
+1. **Monotonicity.** An input's watermark never goes back: the store publishes a stream's watermark only when
+   it is higher than the one it holds (:meth:`~airflow_provider_wm.hooks.watermark_store.WatermarkStoreHook.publish`),
+   so every snapshot this module sees is already monotone per input.
 2. **Minimum.** The output is the minimum of the current watermarks of the inputs that are neither idle nor
    done. It is emitted only when it is higher than the last output, so the output is strictly increasing.
-3. **No watermark yet.** An input that has never produced a watermark for a key, and is neither idle nor
-   done, holds that key back: no output for the key until it does.
-4. **Idle.** An idle input is excluded from the minimum until it produces an event or a watermark (of any
-   key). It then re-enters the minimum with its last watermark (or none: rule 3), which holds the output
-   back until the minimum passes the last output again; the output never goes back.
-5. **All idle.** When every input that is not done is idle, the output is the highest watermark observed on
-   any input, if that is higher than the last output, and the state reports ``all_idle`` (Jet's behaviour,
-   policy ``"highest"``). The one-shot :func:`coalesce` also offers policy ``"wait"``: emit nothing until
-   an input recovers.
-6. **Done.** A done input counts as +infinity: it never holds anything back again and takes no more
-   watermarks, events or idle messages. When every input is done, nothing more is emitted.
-7. **Keys.** Each key is coalesced independently, as if it were a separate stream. Idleness, events and
-   done belong to an input and apply to all of its keys.
+3. **No watermark yet.** An input that has never produced a watermark, and is neither idle nor done, holds
+   the output back: no output until it does.
+4. **Idle.** An idle input is excluded from the minimum. Once it advances again it re-enters with its
+   watermark, which holds the output back until the minimum passes the last output; the output never goes
+   back. Across DAG runs an input is idle when its watermark has not advanced for a timeout (:func:`is_idle`).
+5. **All idle.** When every input that is not done is idle, policy ``"highest"`` (Jet's) emits the highest
+   watermark observed on any input, if that is higher than the last output; ``"wait"`` emits nothing until an
+   input recovers.
+6. **Done.** A done input counts as +infinity: it never holds anything back again.
+7. **Keys.** A keyed watermark (``orders:eu``) is an input of its own, named by its label
+   (:mod:`airflow_provider_wm.core.names`).
 
-The rule is :func:`coalesce`, a pure function over a snapshot of N inputs (what a sensor sees in one poke;
-:func:`check_watermarks` is that poke's whole decision, with :func:`is_idle` deciding idleness across DAG
-runs); :class:`Coalescer` is the state machine a stream applies it with, one message at a time (Jet's own
-test vectors run through it), and its :meth:`~Coalescer.snapshot` carries the state between runs.
+The rule is :func:`coalesce`, a pure function over a snapshot of N inputs (what a sensor or a merge reads
+in one go); :func:`check_watermarks` is a sensor poke's whole decision, with :func:`is_idle` deciding idleness
+across DAG runs. Jet's own message-by-message test vectors replay through :func:`coalesce` in the tests.
 
-Worked examples, two inputs. ``0:wm10 -> none; 1:wm11 -> 10; 1:idle -> none; 0:idle -> 11 (all idle)``:
+Jet's example as successive snapshots, ``wm(0, 10), wm(1, 12) -> 10; wm(0, 11) -> 11; wm(1, 13) -> none``:
 
->>> c = Coalescer(2)
->>> c.watermark(0, 10), c.watermark(1, 11), c.idle(1), c.idle(0), c.all_idle
-(None, 10, {}, {'': 11}, True)
+>>> coalesce({0: 10, 1: None}).emitted
+False
+>>> coalesce({0: 10, 1: 12}).value, coalesce({0: 11, 1: 12}, last_output=10).value
+(10, 11)
+>>> coalesce({0: 11, 1: 13}, last_output=11).emitted
+False
 
-``0:idle; 1:wm11 -> 11; event on 0; 1:wm12 -> none (0 has no watermark); 0:wm13 -> 12``:
+The last active input going idle emits the highest watermark and reports all idle (rule 5):
 
->>> c = Coalescer(2)
->>> c.idle(0), c.watermark(1, 11), c.event(0), c.watermark(1, 12), c.watermark(0, 13)
-({}, 11, None, None, 12)
+>>> coalesce({0: 10, 1: 11}, idle={0, 1}, last_output=10)
+CoalesceResult(value=11, emitted=True, all_idle=True, excluded=[0, 1], waiting=[])
 
-Jet's own example, ``wm(0, 10), wm(1, 12) -> 10; wm(0, 11) -> 11; wm(1, 13) -> none; wm(0, 14) -> 13``:
-
->>> c = Coalescer(2)
->>> [c.watermark(i, v) for i, v in [(0, 10), (1, 12), (0, 11), (1, 13), (0, 14)]]
-[None, 10, 11, None, 13]
-
-A done input stops holding the output back; keys are coalesced independently:
-
->>> c.done(0)
-{}
->>> c.watermark(1, 20), c.watermark(1, 5, key="b"), c.output("b")
-(20, 5, 5)
-
-The same rule over a snapshot of named inputs (``None``: no watermark yet):
+Named inputs (``None``: no watermark yet):
 
 >>> coalesce({"orders": 10, "deliveries": None}, idle={"deliveries"}, last_output=None)
 CoalesceResult(value=10, emitted=True, all_idle=False, excluded=['deliveries'], waiting=[])
@@ -64,14 +51,9 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 __all__ = [
     "ALL_IDLE_POLICIES",
-    "DEFAULT_KEY",
-    "SNAPSHOT_VERSION",
     "AllIdlePolicy",
     "CoalesceResult",
-    "Coalescer",
-    "InputDone",
     "InputSeen",
-    "NonIncreasingWatermark",
     "WatermarkCheck",
     "check_policy",
     "check_watermarks",
@@ -80,53 +62,10 @@ __all__ = [
     "last_advanced_ms",
 ]
 
-DEFAULT_KEY = ""
-"""The key of an unkeyed watermark."""
-
 AllIdlePolicy = Literal["wait", "highest"]
 ALL_IDLE_POLICIES: tuple[str, ...] = ("wait", "highest")
-SNAPSHOT_VERSION = 1
 
 N = TypeVar("N", bound=Hashable)
-
-
-class NonIncreasingWatermark(ValueError):
-    """A watermark not higher than the previous one of the same input and key (rule 1).
-
-    >>> c = Coalescer(1)
-    >>> c.watermark(0, 10, key="k")
-    10
-    >>> try:
-    ...     c.watermark(0, 10, key="k")
-    ... except NonIncreasingWatermark as err:
-    ...     print(err)  # doctest: +NORMALIZE_WHITESPACE
-    input 0, key 'k': watermark 10 is not higher than the previous 10;
-    watermarks must be strictly increasing per input and key
-    """
-
-    def __init__(self, input: Hashable, key: str, value: int, previous: int) -> None:
-        super().__init__(
-            f"input {input!r}, key {key!r}: watermark {value} is not higher than the previous {previous}; "
-            "watermarks must be strictly increasing per input and key"
-        )
-        self.input = input
-        self.key = key
-        self.value = value
-        self.previous = previous
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.input, self.key, self.value, self.previous)
-
-
-class InputDone(ValueError):
-    """A watermark, event, idle message or second done on an input that is done (rule 6)."""
-
-    def __init__(self, input: int) -> None:
-        super().__init__(f"input {input} is done: it takes no more watermarks, events or idle messages")
-        self.input = input
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.input,)
 
 
 class CoalesceResult(NamedTuple, Generic[N]):
@@ -148,11 +87,6 @@ class CoalesceResult(NamedTuple, Generic[N]):
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_policy(policy: object) -> None:
-    if policy not in ALL_IDLE_POLICIES:
-        raise ValueError(f"all_idle_policy={policy!r} must be one of {', '.join(map(repr, ALL_IDLE_POLICIES))}")
 
 
 def coalesce(
@@ -179,7 +113,7 @@ def coalesce(
     """
     if not watermarks:
         raise ValueError("watermarks={} names no input: coalescing needs at least one")
-    _check_policy(all_idle_policy)
+    check_policy(all_idle_policy, "all_idle_policy")
     for argument, names in (("idle", idle), ("done", done)):
         unknown = [name for name in names if name not in watermarks]
         if unknown:
@@ -205,192 +139,6 @@ def coalesce(
         candidate = max((value for value in watermarks.values() if value is not None), default=None)
     emitted = candidate is not None and (last_output is None or candidate > last_output)
     return CoalesceResult(candidate if emitted else last_output, emitted, all_idle, excluded, waiting)
-
-
-class Coalescer:
-    """Keyed watermark coalescing over ``inputs`` inputs (numbered ``0..inputs-1``), one message at a time.
-
-    Every message returns what it emitted: :meth:`watermark` the new output of its key (or ``None``),
-    :meth:`idle` and :meth:`done` the new outputs per key; :meth:`event` never emits. An input re-entering
-    the minimum can only lower it, and when it ends an all-idle state the output already is the highest
-    watermark observed (policy ``"highest"``, the only one a stream can use: with ``"wait"`` an event
-    would have to emit). After every message the state is settled: applying the rule again
-    (:meth:`status`) emits nothing.
-    """
-
-    def __init__(self, inputs: int) -> None:
-        if not _is_int(inputs) or inputs < 1:
-            raise ValueError(f"inputs={inputs!r} must be a positive int (the number of inputs)")
-        self._inputs = inputs
-        self._idle: set[int] = set()
-        self._done: set[int] = set()
-        self._watermarks: dict[str, list[int | None]] = {}
-        self._outputs: dict[str, int] = {}
-
-    # --- messages ---------------------------------------------------------------------------------------
-
-    def watermark(self, input: int, value: int, key: str = DEFAULT_KEY) -> int | None:
-        """A watermark ``value`` for ``key`` from ``input``; clears the input's idleness (all keys).
-
-        Returns the new output of ``key``, or ``None``. Other keys cannot emit: an input re-entering the
-        minimum can only lower it.
-        """
-        self._check_live(input)
-        if not isinstance(key, str):
-            raise ValueError(f"key={key!r} must be a str (the default key is {DEFAULT_KEY!r})")
-        if not _is_int(value):
-            raise ValueError(f"value={value!r} must be an int")
-        current = self._watermarks.get(key)
-        previous = None if current is None else current[input]
-        if previous is not None and value <= previous:
-            raise NonIncreasingWatermark(input, key, value, previous)
-        if current is None:
-            current = self._watermarks[key] = [None] * self._inputs
-        current[input] = value
-        self._idle.discard(input)
-        return self._step(key)
-
-    def event(self, input: int) -> None:
-        """An event from ``input``: clears its idleness. Emits nothing; it can only hold outputs back."""
-        self._check_live(input)
-        self._idle.discard(input)
-
-    def idle(self, input: int) -> dict[str, int]:
-        """``input`` is idle until its next event or watermark. Returns the outputs this emits, per key."""
-        self._check_live(input)
-        self._idle.add(input)
-        return self._step_all()
-
-    def done(self, input: int) -> dict[str, int]:
-        """``input`` is done (+infinity from now on). Returns the outputs this emits, per key."""
-        self._check_live(input)
-        self._idle.discard(input)
-        self._done.add(input)
-        return self._step_all()
-
-    # --- inspection -------------------------------------------------------------------------------------
-
-    @property
-    def inputs(self) -> int:
-        return self._inputs
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """The keys observed so far, in order of their first watermark."""
-        return tuple(self._watermarks)
-
-    @property
-    def all_idle(self) -> bool:
-        """Every input that is not done is idle (and at least one is)."""
-        return bool(self._idle) and len(self._idle) + len(self._done) == self._inputs
-
-    @property
-    def all_done(self) -> bool:
-        return len(self._done) == self._inputs
-
-    def is_idle(self, input: int) -> bool:
-        self._check_index(input)
-        return input in self._idle
-
-    def is_done(self, input: int) -> bool:
-        self._check_index(input)
-        return input in self._done
-
-    def output(self, key: str = DEFAULT_KEY) -> int | None:
-        """The last output emitted for ``key`` (``None``: none yet)."""
-        return self._outputs.get(key)
-
-    def current(self, input: int, key: str = DEFAULT_KEY) -> int | None:
-        """The last watermark ``input`` produced for ``key`` (``None``: none yet)."""
-        self._check_index(input)
-        watermarks = self._watermarks.get(key)
-        return None if watermarks is None else watermarks[input]
-
-    def status(self, key: str = DEFAULT_KEY) -> CoalesceResult[int]:
-        """The rule applied to ``key``'s current state: who is excluded or waiting, and whether all are idle."""
-        return coalesce(
-            dict(enumerate(self._watermarks.get(key, [None] * self._inputs))),
-            self._idle,
-            self._outputs.get(key),
-            "highest",
-            done=self._done,
-        )
-
-    # --- state between runs -----------------------------------------------------------------------------
-
-    def snapshot(self) -> dict[str, Any]:
-        """The state as a JSON-serialisable dict; :meth:`from_snapshot` restores it."""
-        return {
-            "version": SNAPSHOT_VERSION,
-            "inputs": self._inputs,
-            "idle": sorted(self._idle),
-            "done": sorted(self._done),
-            "keys": {
-                key: {"watermarks": list(watermarks), "output": self._outputs.get(key)}
-                for key, watermarks in self._watermarks.items()
-            },
-        }
-
-    @classmethod
-    def from_snapshot(cls, data: Mapping[str, Any]) -> Coalescer:
-        """A coalescer in the state :meth:`snapshot` saved (also after a JSON round trip)."""
-        if not isinstance(data, Mapping) or data.get("version") != SNAPSHOT_VERSION:
-            version = data.get("version") if isinstance(data, Mapping) else None
-            raise ValueError(f"snapshot version {version!r} is not {SNAPSHOT_VERSION}: not a Coalescer snapshot")
-        count: Any = data.get("inputs")
-        coalescer = cls(count)
-        inputs = coalescer._inputs
-        for field in ("idle", "done"):
-            members = data.get(field)
-            if not isinstance(members, list) or not all(_is_int(i) and 0 <= i < inputs for i in members):
-                raise ValueError(f"snapshot {field}={members!r} must be a list of input indices in 0..{inputs - 1}")
-        coalescer._idle, coalescer._done = set(data["idle"]), set(data["done"])
-        if coalescer._idle & coalescer._done:
-            raise ValueError(f"snapshot inputs {sorted(coalescer._idle & coalescer._done)} are both idle and done")
-        keys = data.get("keys")
-        if not isinstance(keys, Mapping):
-            raise ValueError(f"snapshot keys={keys!r} must map each key to its watermarks and output")
-        for key, entry in keys.items():
-            watermarks = entry.get("watermarks") if isinstance(entry, Mapping) else None
-            output = entry.get("output") if isinstance(entry, Mapping) else None
-            if (
-                not isinstance(key, str)
-                or not isinstance(watermarks, list)
-                or len(watermarks) != inputs
-                or not all(w is None or _is_int(w) for w in watermarks)
-                or not (output is None or _is_int(output))
-            ):
-                raise ValueError(
-                    f"snapshot key {key!r}: {entry!r} must be {{'watermarks': [{inputs} ints or None], "
-                    "'output': int or None}"
-                )
-            coalescer._watermarks[key] = list(watermarks)
-            if output is not None:
-                coalescer._outputs[key] = output
-        return coalescer
-
-    # --- internals --------------------------------------------------------------------------------------
-
-    def _check_index(self, input: int) -> None:
-        if not _is_int(input) or not 0 <= input < self._inputs:
-            raise ValueError(f"input={input!r} is not an input index in 0..{self._inputs - 1}")
-
-    def _check_live(self, input: int) -> None:
-        self._check_index(input)
-        if input in self._done:
-            raise InputDone(input)
-
-    def _step(self, key: str) -> int | None:
-        result = self.status(key)
-        if not result.emitted:
-            return None
-        assert result.value is not None
-        self._outputs[key] = result.value
-        return result.value
-
-    def _step_all(self) -> dict[str, int]:
-        emitted = {key: self._step(key) for key in self._watermarks}
-        return {key: value for key, value in emitted.items() if value is not None}
 
 
 # ------------------------------------------------------------------------ what a sensor checks, per poke

@@ -1,4 +1,4 @@
-"""Names of streams, keys and watermarks: one rule, used by every job, operator, sensor and page.
+"""Names of streams, keys, watermarks and columns: one rule each, used by every job, operator, sensor and page.
 
 A stream name (and a ``wm_key``) is a path component of the watermark store: letters, digits, ``.``, ``_``
 and ``-``, starting with a letter or digit, at most 200 characters. A watermark is named by its *label*:
@@ -8,6 +8,9 @@ the stream, or ``stream:wm_key`` for a keyed one; no name may contain ``:``, so 
 (True, False, False)
 >>> watermark_label("orders", "eu"), split_label("orders:eu"), split_label("orders")
 ('orders:eu', ('orders', 'eu'), ('orders', None))
+
+A column a DAG author names (an event time, an arrival, a key, an aggregate) is an identifier: letters,
+digits and ``_``, not starting with a digit (:func:`column_name`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Iterable
 __all__ = [
     "STREAM_NAME_PATTERN",
     "Input",
+    "column_name",
     "is_valid_stream_name",
     "parse_input",
     "parse_inputs",
@@ -28,8 +32,25 @@ __all__ = [
 STREAM_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
 _STREAM_NAME = re.compile(STREAM_NAME_PATTERN)
 
+_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 Input = tuple[str, str | None]
 """A watermark to read: a stream and its ``wm_key`` (``None``: the stream's unkeyed watermark)."""
+
+
+def column_name(value: object, argument: str) -> str:
+    """``value`` if it is a column name, else an error naming ``argument`` and the value.
+
+    >>> column_name("event_time", "event_time")
+    'event_time'
+    >>> column_name("event time", "time_column")
+    Traceback (most recent call last):
+    ...
+    ValueError: time_column='event time' must be a column name (letters, digits, _)
+    """
+    if not isinstance(value, str) or _COLUMN_NAME.fullmatch(value) is None:
+        raise ValueError(f"{argument}={value!r} must be a column name (letters, digits, _)")
+    return value
 
 
 def is_valid_stream_name(name: object) -> bool:

@@ -1,4 +1,5 @@
-"""The range of times the jobs accept.
+"""Times inside the project: the range the jobs accept, and the one form every message shows a time in
+(:func:`format_ms`).
 
 Every time a job reads from data (a mark's ``time_ms`` and ``reported_at_ms``, an event's time, a partition
 row's time) must be a UTC instant in ``[MIN_TIME_MS, MAX_TIME_MS]``: from the epoch up to the last
@@ -15,7 +16,9 @@ like a null time, instead of being published as a watermark that no later run ca
 
 from __future__ import annotations
 
-__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "is_valid_time_ms"]
+import datetime as dt
+
+__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "format_ms", "is_valid_time_ms"]
 
 MIN_TIME_MS = 0
 """1970-01-01T00:00:00.000Z."""
@@ -30,3 +33,25 @@ def is_valid_time_ms(value: object) -> bool:
     (False, False, False)
     """
     return isinstance(value, int) and not isinstance(value, bool) and MIN_TIME_MS <= value <= MAX_TIME_MS
+
+
+def format_ms(value: int | None) -> str:
+    """Epoch milliseconds as an ISO-8601 UTC date-time to the millisecond (``-`` for none): the one form in
+    which log lines and error messages show a time, never raw epoch milliseconds. Exact to the millisecond
+    (integer arithmetic); a value no date-time can hold is shown as itself rather than failing the message.
+
+    >>> format_ms(1767225601005), format_ms(0), format_ms(None)
+    ('2026-01-01T00:00:01.005Z', '1970-01-01T00:00:00.000Z', '-')
+    >>> format_ms(253_402_300_799_999), format_ms(10**18)
+    ('9999-12-31T23:59:59.999Z', '1000000000000000000 ms (not a date-time)')
+    """
+    if value is None:
+        return "-"
+    try:
+        moment = _EPOCH + dt.timedelta(milliseconds=int(value))
+    except (OverflowError, ValueError, TypeError):
+        return f"{value} ms (not a date-time)"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

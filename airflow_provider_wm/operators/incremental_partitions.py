@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WorkUnitRequest
+from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.core.partitions import (
     PartitionSpec,
     PartitionState,
@@ -189,8 +190,8 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         require_paths(source=source, target=target)
         for argument, column in (("time_column", time_column), ("unit_column", unit_column)):
-            if column is not None and (not isinstance(column, str) or not column.strip()):
-                raise ValueError(f"{argument}={column!r} must be a column name")
+            if column is not None:
+                column_name(column, argument)
         self.spec = PartitionSpec.build(watermark, partition, timezone=timezone, partial_partition=partial_partition)
         self.grace_ms = duration_ms(grace_period, "grace_period")
         self.abstinent_ms = duration_ms(abstinent_period, "abstinent_period")

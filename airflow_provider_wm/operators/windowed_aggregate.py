@@ -11,8 +11,9 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_wm.arguments import require_paths
-from airflow_provider_wm.contracts import WatermarkReached, WindowedManifest, WindowedRequest
+from airflow_provider_wm.contracts import WatermarkReached, WindowedManifest, WindowedRequest, describe_reached
 from airflow_provider_wm.core.coalescing import check_watermarks
+from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.core.windowing import (
     ROW_COLUMN,
     Accumulation,
@@ -26,13 +27,13 @@ from airflow_provider_wm.core.windowing import (
     UpstreamPanes,
     WatermarkPolicy,
     input_column,
+    rollup_watermark,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, WindowFn
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.state import WindowedState, commit_windowed_state, covered_run, read_windowed_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms
-from airflow_provider_wm.triggers.watermark import describe_check
 
 __all__ = [
     "UpstreamPanes",
@@ -152,9 +153,8 @@ def parse_inputs(
         if not isinstance(policy, StoreWatermark):
             raise ValueError(f"inputs[{name!r}].watermark={spec['watermark']!r} must be {{'stream': name}}")
         for argument in ("event_time", "arrival_column"):
-            column = spec.get(argument)
-            if column is not None and (not isinstance(column, str) or not re.match(r"^[A-Za-z_]\w*$", column)):
-                raise ValueError(f"inputs[{name!r}].{argument}={column!r} must be a column name")
+            if spec.get(argument) is not None:
+                column_name(spec[argument], f"inputs[{name!r}].{argument}")
         parsed.append(
             {
                 "name": name,
@@ -350,8 +350,8 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             late_data=late_data,  # type: ignore[arg-type]
         )
         for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):
-            if column is not None and (not isinstance(column, str) or not re.match(r"^[A-Za-z_]\w*$", column)):
-                raise ValueError(f"{argument}={column!r} must be a column name")
+            if column is not None:
+                column_name(column, argument)
         self.events, self.event_time, self.events_format = events, event_time, events_format
         self.arrival_column = arrival_column
         self.output_path = output  # BaseOperator.output is the XComArg
@@ -510,18 +510,14 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         )
 
     def _check_spec_unchanged(self, committed: WindowedState | None) -> None:
-        """The stored open windows only make sense for the same window, keys, aggregates and accumulation."""
-        if committed is None:
-            return
-        fixed = ("window", "keys", "aggregates", "accumulation", "upstream")
-        current = self.spec.to_json()
-        changed = [name for name in fixed if committed.spec.get(name) != current.get(name)]
-        if changed:
+        """:meth:`AggregationSpec.changes_since` the committed version must be empty."""
+        changes = {} if committed is None else self.spec.changes_since(committed.spec)
+        if committed is not None and changes:
+            before, after = zip(*changes.values(), strict=True)
             raise ValueError(
-                f"pipeline {self.pipeline!r}: {', '.join(changed)} changed since version {committed.version} "
-                f"({[committed.spec.get(n) for n in changed]} -> {[current[n] for n in changed]}); the open windows "
-                "cannot be carried over. Use a new pipeline name, or delete the Variable "
-                f"wm_windows__{self.pipeline} to start over."
+                f"pipeline {self.pipeline!r}: {', '.join(changes)} changed since version {committed.version} "
+                f"({list(before)} -> {list(after)}); the open windows cannot be carried over. Use a new pipeline "
+                f"name, or delete the Variable wm_windows__{self.pipeline} to start over."
             )
 
     def _rollup_inputs(
@@ -533,25 +529,20 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         upstream = self.spec.upstream
         assert upstream is not None
         source = read_windowed_state(upstream.pipeline)
-        if source is not None:
-            declared = {"window": upstream.window.to_json(), "accumulation": upstream.accumulation.value}
-            actual = {name: source.spec.get(name) for name in declared}
-            if actual != declared:
-                raise ValueError(
-                    f"upstream={upstream.pipeline!r} is declared with {declared} but its committed spec has {actual}"
-                )
+        mismatch = None if source is None else upstream.differs_from(source.spec)
+        if mismatch is not None:
+            declared, actual = mismatch
+            raise ValueError(
+                f"upstream={upstream.pipeline!r} is declared with {declared} but its committed spec has {actual}"
+            )
         consumed = committed.upstream_version if committed else None
         until = source.version if source else (consumed or 0)
-        committed_output = None
-        if source is not None and source.watermark_ms is not None:
-            committed_output = upstream.window.output_watermark(source.watermark_ms)
-        watermark = (
-            None if source_watermark is None or committed_output is None else min(source_watermark, committed_output)
-        )
+        committed_ms = source.watermark_ms if source is not None else None
+        watermark = rollup_watermark(source_watermark, upstream.window, committed_ms)
         self.log.info(
             "Rolling up %s: upstream versions (%s, %s], watermark %s (store %s, upstream committed %s)",
             upstream.pipeline, consumed, until, format_ms(watermark), format_ms(source_watermark),
-            format_ms(committed_output),
+            format_ms(committed_ms),
         )  # fmt: skip
         fields = {
             "event_time": "window_start",
@@ -576,7 +567,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             self.log.info(
                 "Merged inputs %s: %s",
                 ", ".join(records),
-                describe_check(WatermarkReached.of(check, records).to_json()),
+                describe_reached(WatermarkReached.of(check, records).to_json()),
             )
             return check.watermark_ms
         if not isinstance(policy, StoreWatermark):

@@ -10,12 +10,12 @@ from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_wm.arguments import require_paths
-from airflow_provider_wm.core.partitions import check_completeness
+from airflow_provider_wm.core.partitions import FIRST_PENDING, check_completeness
 from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
-from airflow_provider_wm.triggers.partitions import FIRST_PENDING, PartitionWatermarkTrigger
+from airflow_provider_wm.triggers.partitions import PartitionWatermarkTrigger
 
 __all__ = ["PartitionWatermarkSensor"]
 
@@ -108,9 +108,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             self.log.info("Pipeline %s: no committed state document yet; all of %s pending", pipeline, window)
             return PokeReturnValue(is_done=False)
         if result.pending:
-            first = ", ".join(
-                f"[{format_ms(s)}, {format_ms(e)}) {u or '-'}" for s, e, u in result.pending[:FIRST_PENDING]
-            )
+            first = ", ".join(f"[{s}, {e}) {u or '-'}" for s, e, u in result.first_pending())
             more = " ..." if len(result.pending) > FIRST_PENDING else ""
             self.log.info(
                 "Pipeline %s: %d of %d work units in %s pending (run %s): %s%s",

@@ -11,14 +11,14 @@ from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_wm.arguments import require_paths
-from airflow_provider_wm.contracts import WatermarkReached
+from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs
 from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
-from airflow_provider_wm.triggers.watermark import WatermarkTrigger, describe_check
+from airflow_provider_wm.triggers.watermark import WatermarkTrigger
 
 __all__ = ["StreamWatermarkSensor"]
 
@@ -161,7 +161,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         threshold_ms = self._threshold_ms()
         reached = self._check(inputs, threshold_ms)
         payload = reached.to_json()
-        self.log.info("Streams %s: %s", ", ".join(reached.streams), describe_check(payload, self.when_all_idle))
+        self.log.info("Streams %s: %s", ", ".join(reached.streams), describe_reached(payload, self.when_all_idle))
         return PokeReturnValue(is_done=reached.passed, xcom_value=payload if reached.passed else None)
 
     def trigger(self, context: Context, timeout_at_ms: int) -> WatermarkTrigger:
@@ -191,14 +191,14 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             self.log.info(
                 "Streams %s: watermark reached the threshold: %s",
                 ", ".join(result["streams"]),
-                describe_check(result, self.when_all_idle),
+                describe_reached(result, self.when_all_idle),
             )
             return result
         if "streams" in event:
             message = (
                 f"Streams {', '.join(event['streams'])}: the watermark did not reach "
                 f"{format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s: "
-                f"{describe_check(event, event.get('when_all_idle'))}"
+                f"{describe_reached(event, event.get('when_all_idle'))}"
             )
         else:  # an event of a trigger serialised by an older version
             message = (

@@ -16,9 +16,6 @@ from airflow_provider_wm.timeutil import format_ms
 
 __all__ = ["PartitionWatermarkTrigger"]
 
-FIRST_PENDING = 5
-"""How many pending work units events and log lines name."""
-
 
 class PartitionWatermarkTrigger(BaseTrigger):
     """Poll ``pipeline``'s committed state document (one small read per poll) until every work unit
@@ -118,10 +115,7 @@ class PartitionWatermarkTrigger(BaseTrigger):
                         "start_ms": self.start_ms,
                         "end_ms": self.end_ms,
                         "pending": self.last_pending,
-                        "first_pending": [
-                            [format_ms(start), format_ms(end), unit]
-                            for start, end, unit in result.pending[:FIRST_PENDING]
-                        ],
+                        "first_pending": [list(pending) for pending in result.first_pending()],
                     }
                 )
                 return

@@ -9,41 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_wm.contracts import WatermarkReached
+from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core import names
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import watermark_label
 from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook
-from airflow_provider_wm.timeutil import format_ms
 
-__all__ = ["WatermarkTrigger", "describe_check"]
-
-
-def describe_check(payload: Mapping[str, Any], when_all_idle: str | None = None) -> str:
-    """One line from a :class:`~airflow_provider_wm.contracts.WatermarkReached` as JSON (or an event carrying
-    its fields): the coalesced watermark against the threshold, then each input's watermark, when it last
-    advanced and whether idle."""
-    parts = []
-    for label, state in dict(payload.get("streams") or {}).items():
-        if state.get("lower_ms") is None:
-            parts.append(f"{label}: no watermark yet")
-            continue
-        idle = "idle, " if state.get("idle") else ""
-        parts.append(
-            f"{label}: {idle}{format_ms(state['lower_ms'])} (advanced {format_ms(state.get('last_advanced_ms'))})"
-        )
-    line = (
-        f"coalesced watermark {format_ms(payload.get('watermark_ms'))}, "
-        f"threshold {format_ms(payload.get('threshold_ms'))}; {'; '.join(parts)}"
-    )
-    if payload.get("all_idle"):
-        line += " - all streams idle" + (f" (when_all_idle={when_all_idle!r})" if when_all_idle else "")
-    return line
+__all__ = ["WatermarkTrigger"]
 
 
 class WatermarkTrigger(BaseTrigger):
@@ -73,7 +50,7 @@ class WatermarkTrigger(BaseTrigger):
     ``fail_on_unknown``), the trigger only reports. ``None`` (the default, and what triggers serialised by
     older versions load with) waits for it.
 
-    Every time in its log lines is ISO-8601 UTC (:func:`airflow_provider_wm.timeutil.format_ms`); its events
+    Every time in its log lines is ISO-8601 UTC (:func:`airflow_provider_wm.core.times.format_ms`); its events
     carry epoch milliseconds, which the sensor formats the same way.
     """
 
@@ -186,7 +163,7 @@ class WatermarkTrigger(BaseTrigger):
             self.log.info(
                 "Streams %s: %s; next poll in %ss",
                 ", ".join(labels),
-                describe_check(payload, self.when_all_idle),
+                describe_reached(payload, self.when_all_idle),
                 self.poll_interval,
             )
             await asyncio.sleep(self.poll_interval)

@@ -1,4 +1,5 @@
-"""Keyed watermark coalescing (Jet): the worked examples, idle, done, keys, errors, snapshots, and properties."""
+"""Watermark coalescing (Jet): the rule over snapshots, and Jet's message-by-message vectors, idle, done, keys,
+errors and properties replayed through it (tests/core/jet_coalescer.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_wm.core.coalescing import (
-    DEFAULT_KEY,
-    Coalescer,
     CoalesceResult,
-    InputDone,
     InputSeen,
-    NonIncreasingWatermark,
     WatermarkCheck,
     check_watermarks,
     coalesce,
 )
+from tests.core.jet_coalescer import DEFAULT_KEY, Coalescer, InputDone, NonIncreasingWatermark
 
 # --- worked examples --------------------------------------------------------------------------------------
 

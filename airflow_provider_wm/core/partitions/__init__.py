@@ -32,6 +32,7 @@ across a DST change is 23 or 25 hours long).
 from __future__ import annotations
 
 from airflow_provider_wm.core.partitions.completeness import (
+    FIRST_PENDING,
     Completeness,
     check_completeness,
     complete_until,
@@ -67,6 +68,7 @@ __all__ = [
     "DAY_MS",
     "DEFAULT_UNIT",
     "EXECUTING_REASONS",
+    "FIRST_PENDING",
     "HOUR_MS",
     "REASON_TEXT",
     "Completeness",

@@ -9,8 +9,12 @@ from typing import Any, NamedTuple
 from airflow_provider_wm.core.partitions.spec import DEFAULT_UNIT, PartitionSpec
 from airflow_provider_wm.core.partitions.state import PartitionState, UnitStatus
 from airflow_provider_wm.core.partitions.timebounds import Partition, format_day
+from airflow_provider_wm.core.times import format_ms
 
-__all__ = ["Completeness", "check_completeness", "complete_until", "work_units_not_done"]
+FIRST_PENDING = 5
+"""How many pending work units a message lists."""
+
+__all__ = ["FIRST_PENDING", "Completeness", "check_completeness", "complete_until", "work_units_not_done"]
 
 
 def work_units_not_done(
@@ -51,6 +55,14 @@ class Completeness(NamedTuple):
     @property
     def complete(self) -> bool:
         return self.work_units is not None and not self.pending
+
+    def first_pending(self, count: int = FIRST_PENDING) -> list[tuple[str, str, str]]:
+        """The first ``count`` pending work units as ``(start, end, unit)`` in ISO time, for messages.
+
+        >>> Completeness(2, [(0, 86_400_000, "eu"), (0, 86_400_000, "us")]).first_pending(1)
+        [('1970-01-01T00:00:00.000Z', '1970-01-02T00:00:00.000Z', 'eu')]
+        """
+        return [(format_ms(start), format_ms(end), unit) for start, end, unit in self.pending[:count]]
 
 
 def check_completeness(document: Mapping[str, Any] | None, start_ms: int, end_ms: int) -> Completeness:

@@ -81,9 +81,9 @@ from airflow_provider_wm.core.windowing.aggregates import OUTPUT_COLUMNS, Aggreg
 from airflow_provider_wm.core.windowing.lateness import TOO_LATE_REASONS, LateData, LateReason, is_open, too_late_reason
 from airflow_provider_wm.core.windowing.merge import ROW_COLUMN, input_column, merge_inputs
 from airflow_provider_wm.core.windowing.modes import Accumulation, Timing
-from airflow_provider_wm.core.windowing.rollup import pane_window_is_valid, run_on_panes
+from airflow_provider_wm.core.windowing.rollup import pane_window_is_valid, rollup_watermark, run_on_panes
 from airflow_provider_wm.core.windowing.run import read_by_run, run
-from airflow_provider_wm.core.windowing.spec import AggregationSpec, UpstreamPanes
+from airflow_provider_wm.core.windowing.spec import CARRIED_OVER, AggregationSpec, UpstreamPanes
 from airflow_provider_wm.core.windowing.state import (
     AggregationState,
     Event,
@@ -102,6 +102,7 @@ from airflow_provider_wm.core.windowing.watermark import (
 )
 
 __all__ = [
+    "CARRIED_OVER",
     "OUTPUT_COLUMNS",
     "ROW_COLUMN",
     "TOO_LATE_REASONS",
@@ -130,6 +131,7 @@ __all__ = [
     "next_watermark",
     "pane_window_is_valid",
     "read_by_run",
+    "rollup_watermark",
     "run",
     "run_on_panes",
     "too_late_reason",

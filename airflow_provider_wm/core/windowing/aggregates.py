@@ -1,25 +1,19 @@
-"""The aggregates a window computes: built-ins evaluated by core and Spark alike, SQL ones by Spark only; and
-the rule for the column names they and the keys may take."""
+"""The aggregates a window computes: built-ins evaluated by core and Spark alike, SQL ones by Spark only.
+Their names and columns follow :func:`~airflow_provider_wm.core.names.column_name`."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BUILTIN_FUNCTIONS", "OUTPUT_COLUMNS", "Aggregate", "SqlAggregate", "column_name"]
+from airflow_provider_wm.core.names import column_name
+
+__all__ = ["BUILTIN_FUNCTIONS", "OUTPUT_COLUMNS", "Aggregate", "SqlAggregate"]
 
 BUILTIN_FUNCTIONS = ("count", "sum", "min", "max", "avg")
 OUTPUT_COLUMNS = ("window_start", "window_end", "pane", "pane_index", "retraction", "watermark_ms", "run_id")
 """Columns every pane row has; an aggregate or key may not use these names."""
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def column_name(value: Any, argument: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{argument}={value!r} must be a column name (letters, digits, _)")
-    return value
 
 
 @dataclass(frozen=True)

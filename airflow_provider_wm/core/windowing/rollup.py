@@ -17,7 +17,27 @@ from airflow_provider_wm.core.windowing.state import AggregationState, Event, Ru
 from airflow_provider_wm.core.windowing.watermark import next_watermark
 from airflow_provider_wm.core.windows import Sliding, Tumbling, Window, WindowFn
 
-__all__ = ["pane_window_is_valid", "run_on_panes"]
+__all__ = ["pane_window_is_valid", "rollup_watermark", "run_on_panes"]
+
+
+def rollup_watermark(
+    store_watermark_ms: int | None, upstream_window: WindowFn, upstream_committed_watermark_ms: int | None
+) -> int | None:
+    """A rollup's watermark: the store's watermark of the upstream's output stream, but never past the output
+    watermark of what the upstream has *committed* (an upstream publishes its output stream before it commits,
+    and a failed commit must not let the rollup fire windows whose panes it cannot read). ``None`` when either
+    is unknown.
+
+    >>> five = Tumbling(300_000)
+    >>> rollup_watermark(900_000, five, 700_000), rollup_watermark(500_000, five, 700_000)
+    (600000, 500000)
+    >>> rollup_watermark(900_000, five, None) is None
+    True
+    """
+    if store_watermark_ms is None or upstream_committed_watermark_ms is None:
+        return None
+    committed_output = upstream_window.output_watermark(upstream_committed_watermark_ms)
+    return None if committed_output is None else min(store_watermark_ms, committed_output)
 
 
 def pane_window_is_valid(window: Window | None, upstream: WindowFn) -> bool:

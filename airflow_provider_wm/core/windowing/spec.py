@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_provider_wm.core.windowing.aggregates import OUTPUT_COLUMNS, Aggregate, SqlAggregate, column_name
+from airflow_provider_wm.core.names import column_name
+from airflow_provider_wm.core.windowing.aggregates import OUTPUT_COLUMNS, Aggregate, SqlAggregate
 from airflow_provider_wm.core.windowing.lateness import LateData
 from airflow_provider_wm.core.windowing.modes import Accumulation
 from airflow_provider_wm.core.windowing.watermark import (
@@ -18,7 +19,10 @@ from airflow_provider_wm.core.windowing.watermark import (
 )
 from airflow_provider_wm.core.windows import Session, Tumbling, Window, WindowFn, window_from_json
 
-__all__ = ["AggregationSpec", "UpstreamPanes"]
+__all__ = ["CARRIED_OVER", "AggregationSpec", "UpstreamPanes"]
+
+CARRIED_OVER = ("window", "keys", "aggregates", "accumulation", "upstream")
+"""The spec fields a pipeline's stored open windows depend on: none may change between its runs."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,20 @@ class UpstreamPanes:
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "window": self.window.to_json(), "accumulation": self.accumulation.value}
+
+    def differs_from(self, committed_spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """A rollup reads the upstream's panes as declared: ``(declared, actual)`` window and accumulation when
+        the upstream's committed spec (JSON) says otherwise, else ``None``.
+
+        >>> panes = UpstreamPanes("orders_5m", Tumbling(300_000))
+        >>> panes.differs_from({"window": Tumbling(300_000).to_json(), "accumulation": "ACCUMULATING"}) is None
+        True
+        >>> panes.differs_from({"window": Tumbling(60_000).to_json(), "accumulation": "ACCUMULATING"})[1]["window"]
+        {'kind': 'tumbling', 'size_ms': 60000, 'offset_ms': 0}
+        """
+        declared = {"window": self.window.to_json(), "accumulation": self.accumulation.value}
+        actual = {name: committed_spec.get(name) for name in declared}
+        return None if actual == declared else (declared, actual)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> UpstreamPanes:
@@ -188,6 +206,23 @@ class AggregationSpec:
     @property
     def retracting(self) -> bool:
         return self.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
+
+    def changes_since(self, committed_spec: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+        """The fields that open windows depend on (:data:`CARRIED_OVER`) and that differ between a pipeline's
+        committed spec (JSON) and this one, as ``{field: (committed, now)}``: the stored open windows can be
+        carried over only when this is empty. Lateness, triggers and the watermark may change between runs.
+
+        >>> five = AggregationSpec(Tumbling(300_000), (Aggregate("n", "count"),), (), BoundedOutOfOrderness(0))
+        >>> ten = AggregationSpec(Tumbling(600_000), (Aggregate("n", "count"),), (), BoundedOutOfOrderness(60_000))
+        >>> list(ten.changes_since(five.to_json())), five.changes_since(five.to_json())
+        (['window'], {})
+        """
+        current = self.to_json()
+        return {
+            name: (committed_spec.get(name), current.get(name))
+            for name in CARRIED_OVER
+            if committed_spec.get(name) != current.get(name)
+        }
 
     def to_json(self) -> dict[str, Any]:
         """What the operator hands the Spark job (:meth:`from_json` reads it back, validating again)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_provider_wm.core.windowing.aggregates import column_name
+from airflow_provider_wm.core.coalescing import check_policy
+from airflow_provider_wm.core.names import column_name
 
 __all__ = ["BoundedOutOfOrderness", "MergedWatermark", "StoreWatermark", "WatermarkPolicy", "next_watermark"]
 
@@ -50,8 +51,7 @@ class MergedWatermark:
         timeout = self.idle_timeout_ms
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0):
             raise ValueError(f"idle_timeout_ms={timeout!r} must be positive milliseconds (or None)")
-        if self.when_all_idle not in ("wait", "highest"):
-            raise ValueError(f"when_all_idle={self.when_all_idle!r} must be 'wait' or 'highest'")
+        check_policy(self.when_all_idle)
 
     @property
     def names(self) -> tuple[str, ...]:
