@@ -22,7 +22,13 @@ from spark_jobs.controller.marks import aggregate_marks, invalid_key, nullable_k
 from spark_jobs.controller.progress import Progress
 from spark_jobs.controller.schemas import DEFERRED, KEYS, MARKS_SCHEMA, SHUTDOWN, STREAM_KEYS, STREAM_NAME_REGEX, VALUE
 
-__all__ = ["Accepted", "accept_marks", "decide_exactly", "find_suspects", "round_checks"]
+__all__ = ["Accepted", "accept_marks", "decide_exactly", "find_suspects", "round_checks", "time_goes_back"]
+
+
+def time_goes_back(stored_time: Column, time: Column) -> Column:
+    """``core.controller.time_goes_back``: a time below the writer's stored time (``INVALID_TIME``); no stored
+    time (null) never goes back."""
+    return F.coalesce(time < stored_time, F.lit(False))
 
 
 def find_suspects(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
@@ -36,7 +42,7 @@ def find_suspects(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -
     earliest = value.groupBy(*KEYS).agg(F.min("min_time_ms").alias("earliest"))
     time_back = (
         earliest.join(F.broadcast(writers0.select(*KEYS, "time_ms")), KEYS)
-        .where(F.col("earliest") < F.col("time_ms"))
+        .where(time_goes_back(F.col("time_ms"), F.col("earliest")))
         .select(*KEYS)
     )
     stored_offsets = writers0.select(*KEYS, F.explode("position").alias("segment_id", "stored_offset"))
@@ -79,7 +85,7 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
         F.when(row_local.isNotNull(), row_local)
         .when(value & unknown_segment, Quarantine.UNKNOWN_SEGMENT.value)
         .when(
-            value & F.col("stored_time_ms").isNotNull() & (F.col("time_ms") < F.col("stored_time_ms")),
+            value & time_goes_back(F.col("stored_time_ms"), F.col("time_ms")),
             Rejection.INVALID_TIME.value,
         )
         .when(value & F.col("stored_position").isNotNull() & goes_back, Rejection.INVALID_POSITION.value)

@@ -13,6 +13,7 @@ from airflow_provider_wm import core
 #: modules that only declare values (enums, records): their rules and examples live beside them
 WITHOUT_EXAMPLES = {
     "airflow_provider_wm.core",
+    "airflow_provider_wm.core.controller.records",
     "airflow_provider_wm.core.monitoring",
     "airflow_provider_wm.core.windowing.modes",
     "airflow_provider_wm.core.windowing.state",
