@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from airflow_provider_wm.core.names import split_label, watermark_label
 from airflow_provider_wm.core.monitoring import downsample_lag, format_duration, partition_strip
+from airflow_provider_wm.core.names import split_label, watermark_label
 from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState
 from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook, validate_name
 
