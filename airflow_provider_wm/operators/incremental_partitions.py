@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,55 +27,14 @@ from airflow_provider_wm.core.partitions import (
 from airflow_provider_wm.documents import read_document
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
+from airflow_provider_wm.operators.partitions_arguments import transform_arguments, units_argument
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, covered_run, read_pipeline_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms, to_epoch_ms
 
 __all__ = ["IncrementalPartitionsOperator"]
 
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
 PLAN_ROWS_IN_XCOM = 200
 """The plan summary in XCom and the store is cut to this many rows (a very fragmented plan stays small)."""
-
-
-def _transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str | None, str | None]:
-    """``(sql, import path)``: a SQL statement over the view ``source``, a ``module:function`` path, or a
-    module-level function (taken by its import path, so the Spark job can import it)."""
-    if transform is None:
-        return None, None
-    if callable(transform):
-        module, name = getattr(transform, "__module__", None), getattr(transform, "__qualname__", "")
-        if not module or "<" in name or "." in name:
-            raise ValueError(f"transform={transform!r} must be a module-level function the Spark job can import")
-        return None, f"{module}:{name}"
-    if isinstance(transform, str) and transform.strip():
-        text = transform.strip()
-        if _IMPORT_PATH.match(text) and ":" in text:
-            return None, text
-        if re.match(r"(?is)^\s*(select|with|from)\b", text):
-            return text, None
-    raise ValueError(
-        f"transform={transform!r} is neither a SQL statement over the view `source` (SELECT ... FROM source) "
-        "nor an import path 'package.module:function'"
-    )
-
-
-def _units_argument(units: Sequence[str] | Mapping[str, Any] | None) -> list[str] | dict[str, Any]:
-    if units is None:
-        return []
-    if isinstance(units, Mapping):
-        unknown = set(units) - {"path", "column", "format"}
-        if unknown or not units.get("path") or not units.get("column"):
-            raise ValueError(
-                f"units={dict(units)!r} must be a list of unit values or {{'path': ..., 'column': ..., "
-                "'format': 'parquet'}} naming a secondary dataset"
-            )
-        return {"format": "parquet", **units}
-    if isinstance(units, str):
-        raise ValueError(f"units={units!r} must be a list of unit values, not a string")
-    values = [validate_name(u, "units[]") for u in units]
-    if len(set(values)) != len(values):
-        raise ValueError(f"units={list(units)!r} has duplicates")
-    return values
 
 
 def _work_unit_request(unit: PlannedUnit) -> WorkUnitRequest:
@@ -195,12 +153,12 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         self.spec = PartitionSpec.build(watermark, partition, timezone=timezone, partial_partition=partial_partition)
         self.grace_ms = duration_ms(grace_period, "grace_period")
         self.abstinent_ms = duration_ms(abstinent_period, "abstinent_period")
-        self.units = _units_argument(units)
+        self.units = units_argument(units)
         if self.units and not unit_column:
             raise ValueError(f"units={units!r} needs unit_column: the source column that holds the unit")
         if unit_column and not self.units:
             raise ValueError(f"unit_column={unit_column!r} needs units (a list or a secondary dataset)")
-        self.transform_sql, self.transform_callable = _transform_arguments(transform)
+        self.transform_sql, self.transform_callable = transform_arguments(transform)
         if backfill is not None:
             if not isinstance(backfill, (tuple, list)) or len(backfill) != 2:
                 raise ValueError(f"backfill={backfill!r} must be a (start, end) pair")
