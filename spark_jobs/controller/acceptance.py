@@ -22,7 +22,27 @@ from spark_jobs.controller.marks import aggregate_marks, invalid_key, nullable_k
 from spark_jobs.controller.progress import Progress
 from spark_jobs.controller.schemas import DEFERRED, KEYS, MARKS_SCHEMA, SHUTDOWN, STREAM_KEYS, STREAM_NAME_REGEX, VALUE
 
-__all__ = ["Accepted", "accept_marks", "decide_exactly", "find_suspects", "round_checks", "time_goes_back"]
+__all__ = [
+    "Accepted",
+    "accept_marks",
+    "decide_exactly",
+    "find_suspects",
+    "position_goes_back",
+    "round_checks",
+    "time_goes_back",
+]
+
+
+def position_goes_back(stored: Column, new: Column) -> Column:
+    """``core.controller.position_goes_back``: an offset of ``new`` below ``stored``'s on a segment both hold
+    (``INVALID_POSITION``); no stored position (null) never goes back."""
+    return F.coalesce(
+        F.exists(
+            F.map_entries(new),
+            lambda e: e["value"] < F.coalesce(F.element_at(stored, e["key"]), F.lit(-1)),
+        ),
+        F.lit(False),
+    )
 
 
 def time_goes_back(stored_time: Column, time: Column) -> Column:
@@ -76,10 +96,6 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
         )
         > 0
     )
-    goes_back = F.exists(
-        F.map_entries("position"),
-        lambda e: e["value"] < F.coalesce(F.element_at(F.col("stored_position"), e["key"]), F.lit(-1)),
-    )
     row_local = row_local_reason()
     reason = (
         F.when(row_local.isNotNull(), row_local)
@@ -88,7 +104,7 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
             value & time_goes_back(F.col("stored_time_ms"), F.col("time_ms")),
             Rejection.INVALID_TIME.value,
         )
-        .when(value & F.col("stored_position").isNotNull() & goes_back, Rejection.INVALID_POSITION.value)
+        .when(value & position_goes_back(F.col("stored_position"), F.col("position")), Rejection.INVALID_POSITION.value)
     )
     decided = rows.withColumn("reason", reason).localCheckpoint()  # read twice below: scan the marks once
     known_writers = (

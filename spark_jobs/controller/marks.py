@@ -37,7 +37,7 @@ from spark_jobs.controller.schemas import (
 __all__ = [
     "aggregate_marks",
     "count_marks",
-    "in_round_condition",
+    "in_round",
     "invalid_key",
     "is_sequenced",
     "nullable_key",
@@ -169,10 +169,10 @@ def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int,
 
 def sequenced_in_round(request: ControllerRequest) -> Column:
     """A sequenced mark of this round: it goes to gap-free progress, not to the plain marks' scan."""
-    return F.coalesce(is_sequenced() & in_round_condition(request.now_ms, request.processed_until_ms), F.lit(False))
+    return F.coalesce(is_sequenced() & in_round(request.now_ms, request.processed_until_ms), F.lit(False))
 
 
-def in_round_condition(now_ms: int, processed_until_ms: int | None) -> Column:
+def in_round(now_ms: int, processed_until_ms: int | None) -> Column:
     """``core.controller.in_round``: ``processed_until < reported_at <= now``, or no report time."""
     reported = F.col("reported_at_ms")
     after_previous = F.lit(True) if processed_until_ms is None else reported > F.lit(processed_until_ms)
@@ -183,11 +183,11 @@ def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> 
     """Marks of this round (and deferred ones) with a ``tag``: a cheap row-local quarantine reason, VALUE,
     SHUTDOWN, or DEFERRED for marks reported after ``now_ms`` (they wait for a later round)."""
     reported = F.col("reported_at_ms")
-    in_round = in_round_condition(now_ms, processed_until_ms)
+    this_round = in_round(now_ms, processed_until_ms)
     deferred = reported > F.lit(now_ms)
     kind_tag = F.when(F.col("kind") == MarkKind.SHUTDOWN.value, SHUTDOWN).otherwise(VALUE)
     tag = F.when(deferred, DEFERRED).otherwise(F.coalesce(row_local_reason(cheap_only=True), kind_tag))
-    return marks.where(in_round | deferred).withColumn("tag", tag)
+    return marks.where(this_round | deferred).withColumn("tag", tag)
 
 
 def aggregate_marks(rows: DataFrame) -> DataFrame:
