@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo airflow test lint bench bench-partitions bench-windows bench-rollup bench-page bench-latency clean
+.PHONY: setup browser demo airflow test lint docs bench bench-partitions bench-windows bench-rollup bench-page bench-latency clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,11 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict: any warning (a broken link, a missing snippet
+# file or section, a page left out of the nav) fails the build.
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/controller_watermark.py
 
@@ -55,4 +60,4 @@ bench-latency: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/task_latency.py
 
 clean:
-	rm -rf .demo .airflow .artifacts build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .demo .airflow .artifacts site build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

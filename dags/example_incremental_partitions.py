@@ -44,6 +44,7 @@ with DAG(
     tags=["example", "partitions"],
     doc_md=__doc__,
 ) as dag:
+    # --8<-- [start:partitions]
     orders_daily = IncrementalPartitionsOperator(
         task_id="orders_daily",
         pipeline="orders_daily",
@@ -63,6 +64,8 @@ with DAG(
         retries=1,
         retry_delay=timedelta(seconds=1),
     )
+    # --8<-- [end:partitions]
+    # --8<-- [start:sensor]
     day_complete = PartitionWatermarkSensor(
         task_id="day_complete",
         pipeline="orders_daily",
@@ -72,6 +75,7 @@ with DAG(
         timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")),
         soft_fail=True,
     )
+    # --8<-- [end:sensor]
 
     @task
     def daily_revenue(data_interval_start: datetime | None = None) -> dict[str, float]:

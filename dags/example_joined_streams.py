@@ -33,6 +33,7 @@ with DAG(
     tags=["example", "watermark"],
     doc_md=__doc__,
 ) as dag:
+    # --8<-- [start:sensor]
     both_complete = StreamWatermarkSensor(
         task_id="orders_and_refunds_complete",
         streams=["orders", "refunds"],
@@ -46,7 +47,9 @@ with DAG(
         timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")),
         soft_fail=True,
     )
+    # --8<-- [end:sensor]
 
+    # --8<-- [start:downstream]
     @task
     def join_orders_and_refunds(progress: dict[str, Any]) -> str:
         """Downstream work over the interval; here it reports what the sensor decided and why."""
@@ -57,3 +60,4 @@ with DAG(
         return message
 
     join_orders_and_refunds(both_complete.output)
+    # --8<-- [end:downstream]

@@ -53,6 +53,7 @@ with DAG(
         timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")),
         soft_fail=True,
     )
+    # --8<-- [start:merge]
     orders_deliveries_10m = WindowedAggregateOperator(
         task_id="orders_deliveries_10m",
         pipeline="orders_deliveries_10m",
@@ -79,5 +80,6 @@ with DAG(
         store_path=STORE,
         spark_conn_id=os.environ.get("WM_SPARK_CONN_ID") or None,
     )
+    # --8<-- [end:merge]
 
     wait_for_both >> orders_deliveries_10m

@@ -38,6 +38,7 @@ LAST_DEMO_INTERVAL = START + timedelta(hours=3)
 DEMO_END = START + timedelta(hours=4)
 
 
+# --8<-- [start:wait]
 def wait_for(stream: str) -> StreamWatermarkSensor:
     """Every stage waits the same way: in the triggerer until ``stream`` passes the interval end; a
     stream that stays behind skips the rest of the run (the next run covers its data)."""
@@ -52,6 +53,7 @@ def wait_for(stream: str) -> StreamWatermarkSensor:
         timeout=SENSOR_TIMEOUT,
         soft_fail=True,
     )
+    # --8<-- [end:wait]
 
 
 with DAG(
@@ -65,6 +67,7 @@ with DAG(
     doc_md=__doc__,
 ) as dag:
     wait_for_orders = wait_for("orders")
+    # --8<-- [start:stage]
     orders_5m = WindowedAggregateOperator(
         task_id="orders_5m",
         pipeline="orders_5m",
@@ -82,7 +85,9 @@ with DAG(
         store_path=STORE,
         spark_conn_id=SPARK_CONN_ID,
     )
+    # --8<-- [end:stage]
     wait_for_orders_5m = wait_for("orders_5m")
+    # --8<-- [start:rollup]
     orders_1h = WindowedAggregateOperator(
         task_id="orders_1h",
         pipeline="orders_1h",
@@ -96,5 +101,6 @@ with DAG(
         spark_conn_id=SPARK_CONN_ID,
         asset=Asset(name="orders_1h", uri=f"file://{BASE}/orders_1h"),
     )
+    # --8<-- [end:rollup]
 
     wait_for_orders >> orders_5m >> wait_for_orders_5m >> orders_1h

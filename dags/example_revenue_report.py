@@ -16,6 +16,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
+# --8<-- [start:report]
 from airflow.sdk import DAG, Asset, task
 
 BASE = os.environ.get("WM_EXAMPLE_BASE", "/tmp/airflow-provider-wm-example")
@@ -49,3 +50,4 @@ with DAG(
         return report
 
     revenue_of_complete_windows()
+# --8<-- [end:report]

@@ -10,12 +10,13 @@ Connections and paths:
   first use). Set the environment variable ``WM_SPARK_CONN_ID`` to the id of a ``spark_connect`` connection
   (``spark-connect://host:15002``) or of a ``spark`` connection (``spark://127.0.0.1:7077``, spark-submit).
 - Data and store: ``$WM_EXAMPLE_BASE`` (default ``/tmp/airflow-provider-wm-example``), holding
-  ``marks/`` and ``segments/`` (Parquet, see the README's data contracts) and ``store/``, the watermark
+  ``marks/`` and ``segments/`` (Parquet, see docs/contracts.md) and ``store/``, the watermark
   store. ``python -m airflow_provider_wm.demo`` generates the data and runs this DAG.
 """
 
 from __future__ import annotations
 
+# --8<-- [start:dag]
 import os
 from datetime import UTC, datetime, timedelta
 
@@ -46,6 +47,7 @@ with DAG(
     tags=["example", "watermark"],
     doc_md=__doc__,
 ) as dag:
+    # --8<-- [start:controller]
     controller = ControllerWatermarkOperator(
         task_id="controller_watermark",
         controller="example_controller",
@@ -57,6 +59,8 @@ with DAG(
         spark_conn_id=os.environ.get("WM_SPARK_CONN_ID") or None,
         asset=Asset(name="example_controller_watermarks", uri=f"file://{STORE}/streams"),
     )
+    # --8<-- [end:controller]
+    # --8<-- [start:sensor]
     wait_for_orders = StreamWatermarkSensor(
         task_id="wait_for_orders",
         stream="orders",
@@ -66,7 +70,9 @@ with DAG(
         timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")),
         soft_fail=True,
     )
+    # --8<-- [end:sensor]
 
+    # --8<-- [start:downstream]
     @task
     def use_watermark(watermark: dict) -> str:
         """Downstream work that needs the whole interval: here it just reports the watermark it got."""
@@ -79,3 +85,5 @@ with DAG(
 
     controller >> wait_for_orders
     use_watermark(wait_for_orders.output)
+    # --8<-- [end:downstream]
+# --8<-- [end:dag]

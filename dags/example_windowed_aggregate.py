@@ -73,6 +73,7 @@ with DAG(
         timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")),
         soft_fail=True,
     )
+    # --8<-- [start:aggregate]
     orders_15m = WindowedAggregateOperator(
         task_id="orders_15m",
         pipeline="orders_15m",
@@ -91,5 +92,6 @@ with DAG(
         spark_conn_id=os.environ.get("WM_SPARK_CONN_ID") or None,
         asset=Asset(name="orders_15m", uri=f"file://{OUTPUT}"),
     )
+    # --8<-- [end:aggregate]
 
     wait_for_orders >> orders_15m

@@ -1,7 +1,8 @@
-"""The README's table of the job contracts, rendered from the dataclasses so that it cannot drift.
+"""The table of the job contracts in ``docs/contracts.md``, rendered from the dataclasses so that it cannot drift.
 
-``python -m airflow_provider_wm.contracts.docs`` prints it (``--write`` puts it into the README); a test
-checks that the README holds exactly this text between ``<!-- contracts:start -->`` and ``<!-- contracts:end -->``.
+``python -m airflow_provider_wm.contracts.docs`` prints it (``--write`` puts it into ``docs/contracts.md``); a
+test checks that the page holds exactly this text between ``<!-- contracts:start -->`` and
+``<!-- contracts:end -->``.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from airflow_provider_wm.contracts import (
     WorkUnitRequest,
 )
 
-__all__ = ["DOCUMENTED", "END", "START", "render"]
+__all__ = ["DOCUMENTED", "END", "PAGE", "START", "render", "write_page"]
 
 START, END = "<!-- contracts:start -->", "<!-- contracts:end -->"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "contracts.md"
+"""The documentation page that holds the table (in a source checkout)."""
 DOCUMENTED: tuple[type, ...] = (
     ControllerRequest,
     ControllerManifest,
@@ -71,8 +74,8 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: Path) -> None:
-    """Replace the table between the README's markers with :func:`render`'s."""
+def write_page(path: Path = PAGE) -> None:
+    """Replace the table between the page's markers with :func:`render`'s."""
     text = path.read_text()
     head, rest = text.split(START, 1)
     path.write_text(f"{head}{START}\n{render()}\n{END}{rest.split(END, 1)[1]}")
@@ -80,6 +83,6 @@ def write_readme(path: Path) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
-        write_readme(Path(__file__).resolve().parents[2] / "README.md")
+        write_page()
     else:
         print(render())

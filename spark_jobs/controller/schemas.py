@@ -1,5 +1,5 @@
 """The controller job's data: the schemas of marks, segments and the state it keeps, and the names of their key
-columns (the contract of the README's data-contract tables)."""
+columns (the contract in docs/contracts.md)."""
 
 from __future__ import annotations
 

@@ -114,11 +114,13 @@ def test_spark_jobs_use_no_api_that_spark_connect_lacks(path):
     assert offending == []
 
 
-def test_the_readme_table_of_contracts_is_rendered_from_the_classes():
-    from airflow_provider_wm.contracts.docs import END, START, render
+def test_the_docs_table_of_contracts_is_rendered_from_the_classes():
+    from airflow_provider_wm.contracts.docs import END, PAGE, START, render
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert readme.split(START)[1].split(END)[0].strip() == render()
+    assert Path(__file__).resolve().parents[2] / "docs" / "contracts.md" == PAGE
+    page = PAGE.read_text()
+    assert page.count(START) == page.count(END) == 1
+    assert page.split(START)[1].split(END)[0].strip() == render()
 
 
 def test_a_sensors_result_carries_each_inputs_upper_bound_and_cut_from_its_record():

@@ -157,9 +157,11 @@ def test_the_operator_pushes_the_window_of_a_literal_position(airflow_db, tmp_pa
     store, segments_path = write_store(tmp_path), write_segments(tmp_path)
     dag = fresh_dag("reader_window")
     with dag:
+        # --8<-- [start:operator]
         ReaderTimeWindowOperator(
             task_id="window", stream="orders", store_path=store, position={0: 2, 1: 1}, segments_path=segments_path
         )
+        # --8<-- [end:operator]
     run, states = run_dag(dag)
     assert states == {"window": "success"}
     assert xcom(run, "window") == {
