@@ -1,4 +1,5 @@
-"""Build the job's Parquet inputs from core objects and read its outputs back into core objects."""
+"""Build the job's Parquet inputs from core objects and read its outputs back into core objects, with pyarrow on
+local files (the contract's schemas, converted from the job's): no Spark job is spent on a test's own I/O."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from airflow_provider_wm.core.controller import (
     ControllerState,
@@ -19,11 +24,7 @@ from airflow_provider_wm.core.progress import Chunk, OriginState
 from airflow_provider_wm.core.segments import Segment
 from spark_jobs.controller import (
     MARKS_SCHEMA,
-    ORIGINS_STATE_SCHEMA,
-    PENDING_STATE_SCHEMA,
     SEGMENTS_SCHEMA,
-    STREAMS_STATE_SCHEMA,
-    WRITERS_STATE_SCHEMA,
 )
 
 # Three segments of epoch 0 over [0, 1/3), [1/3, 2/3), [2/3, 1): the issue's worked example.
@@ -46,7 +47,22 @@ def mark(
     return WriterMark(stream, writer, time_ms, position, kind, reported_at_ms, wm_key=wm_key)
 
 
-def write_marks(spark: Any, marks: Iterable[WriterMark], path: Path) -> str:
+def _write_rows(rows: Iterable[tuple[Any, ...]], schema: Any, path: Path) -> str:
+    """``rows`` (tuples in ``schema``'s field order; maps as dicts) as one Parquet file in the folder ``path``."""
+    names = schema.fieldNames()
+    records = [
+        {
+            name: list(value.items()) if isinstance(value, Mapping) else value
+            for name, value in zip(names, row, strict=True)
+        }
+        for row in rows
+    ]
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(records, schema=to_arrow_schema(schema)), path / "part-0.parquet")
+    return str(path)
+
+
+def write_marks(marks: Iterable[WriterMark], path: Path) -> str:
     rows = [
         (
             m.stream,
@@ -63,26 +79,31 @@ def write_marks(spark: Any, marks: Iterable[WriterMark], path: Path) -> str:
         )
         for m in marks
     ]
-    spark.createDataFrame(rows, MARKS_SCHEMA).write.mode("overwrite").parquet(str(path))
-    return str(path)
+    return _write_rows(rows, MARKS_SCHEMA, path)
 
 
-def write_segments(spark: Any, segments: Mapping[str, Iterable[Segment]], path: Path) -> str:
+def write_segments(segments: Mapping[str, Iterable[Segment]], path: Path) -> str:
     rows = [(stream, s.segment_id, s.key_start, s.key_end) for stream, segs in segments.items() for s in segs]
-    spark.createDataFrame(rows, SEGMENTS_SCHEMA).write.mode("overwrite").parquet(str(path))
-    return str(path)
+    return _write_rows(rows, SEGMENTS_SCHEMA, path)
 
 
-def _state_rows(spark: Any, path: str, part: str, schema: Any) -> list[Any]:
-    """A part of a controller state; a round that has no gap-free progress writes none."""
+def _state_rows(path: str, part: str) -> list[dict[str, Any]]:
+    """A part of a controller state (maps as dicts); a round that has no gap-free progress writes none."""
     if not Path(path, part).exists():
         return []
-    return spark.read.schema(schema).parquet(f"{path}/{part}").collect()  # type: ignore[no-any-return]
+    table = pq.read_table(Path(path, part))
+    return [
+        {name: dict(value) if isinstance(value, list) and name in _MAPS else value for name, value in row.items()}
+        for row in table.to_pylist()
+    ]
 
 
-def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_marks: int = 0) -> ControllerState:
+_MAPS = {"position", "wm_cut"}
+
+
+def read_state(path: str, processed_until_ms: int | None, processed_marks: int = 0) -> ControllerState:
     writers: dict[str, dict[str, WriterState]] = {}
-    for r in spark.read.schema(WRITERS_STATE_SCHEMA).parquet(f"{path}/writers").collect():
+    for r in _state_rows(path, "writers"):
         writers.setdefault(_label(r), {})[r["writer_id"]] = WriterState(
             time_ms=r["time_ms"],
             position=dict(r["position"] or {}),
@@ -90,7 +111,7 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
             lagging_since_ms=r["lagging_since_ms"],
         )
     streams: dict[str, StreamState] = {}
-    for r in spark.read.schema(STREAMS_STATE_SCHEMA).parquet(f"{path}/streams").collect():
+    for r in _state_rows(path, "streams"):
         wm = None
         if r["wm_lower_ms"] is not None:
             wm = Watermark(
@@ -103,10 +124,10 @@ def read_state(spark: Any, path: str, processed_until_ms: int | None, processed_
             )
         streams[_label(r)] = StreamState(r["first_mark_at_ms"], wm, writers.get(_label(r), {}))
     committed: dict[str, dict[tuple[str, str], int]] = {}
-    for r in _state_rows(spark, path, "origins", ORIGINS_STATE_SCHEMA):
+    for r in _state_rows(path, "origins"):
         committed.setdefault(_label(r), {})[(r["writer_id"], r["origin_id"])] = r["committed_seq"]
     pending: dict[str, dict[tuple[str, str], list[Chunk]]] = {}
-    for r in _state_rows(spark, path, "pending", PENDING_STATE_SCHEMA):
+    for r in _state_rows(path, "pending"):
         chunk = Chunk(
             r["seq"],
             r["chunk"],
@@ -170,8 +191,8 @@ def run_spark_round(
     request = ControllerRequest(
         controller="test",
         run_id=round_name,
-        marks_path=write_marks(spark, marks, workdir / f"{round_name}-marks"),
-        segments_path=write_segments(spark, segments, workdir / f"{round_name}-segments"),
+        marks_path=write_marks(marks, workdir / f"{round_name}-marks"),
+        segments_path=write_segments(segments, workdir / f"{round_name}-segments"),
         state_in=state_in,
         state_out=str(workdir / f"{round_name}-state"),
         round_out=str(workdir / f"{round_name}-out"),

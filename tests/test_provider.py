@@ -72,5 +72,5 @@ def test_the_wheel_contains_the_spark_jobs_and_the_entry_point(tmp_path):
     }
     assert {*jobs, "spark_jobs/common.py"} <= names
     assert {f"spark_jobs/{job}/job.py" for job in ("controller", "windowed", "partitions")} <= names
-    assert {"airflow_provider_wm/core/controller.py", "airflow_provider_wm/core/windowing/run.py"} <= names
+    assert {"airflow_provider_wm/core/controller/round.py", "airflow_provider_wm/core/windowing/run.py"} <= names
     assert not any(n.startswith(("tests/", "dags/", "bench/")) for n in names)

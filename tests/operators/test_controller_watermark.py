@@ -119,8 +119,8 @@ def test_keyed_marks_publish_one_watermark_per_key_that_a_sensor_waits_on(airflo
         mark("w2", end_ms + 9, {1: 20}, stream="orders", wm_key="us", reported_at_ms=start_ms),
         mark("w3", end_ms - 60_000, {2: 30}, stream="orders", reported_at_ms=start_ms),  # unkeyed, behind
     ]
-    write_marks(spark, marks, tmp_path / "marks")
-    write_segments(spark, {"orders": THIRDS}, tmp_path / "segments")
+    write_marks(marks, tmp_path / "marks")
+    write_segments({"orders": THIRDS}, tmp_path / "segments")
     dag = controller_dag(tmp_path, "c_keyed")
     with dag:
         wait = StreamWatermarkSensor(

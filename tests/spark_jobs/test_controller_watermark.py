@@ -60,7 +60,7 @@ def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=
             initial_delay_ms=config.initial_delay_ms,
             round_name=f"round{i}",
         )
-        yield core, manifest, read_state(spark, job_state, now, manifest["processed_marks"])
+        yield core, manifest, read_state(job_state, now, manifest["processed_marks"])
         core_state, processed_until, processed_marks = core.state, now, manifest["processed_marks"]
 
 
@@ -421,7 +421,7 @@ def test_a_parquet_timestamp_time_ms_is_read_as_epoch_milliseconds_not_seconds(s
             ]
         ),
     )
-    segments = write_segments(spark, {"s": [Segment(0, 0.0, 1.0)]}, tmp_path / "segments")
+    segments = write_segments({"s": [Segment(0, 0.0, 1.0)]}, tmp_path / "segments")
     manifest = run(spark, controller_request(tmp_path, str(marks_path), segments))
     watermark = manifest.streams["s"].watermark
     assert watermark is not None and watermark.lower_ms == 1_767_229_200_250
@@ -443,7 +443,7 @@ def test_a_time_ms_of_the_wrong_type_fails_naming_the_column_its_type_and_the_ex
         ),
         marks_path / "part-0.parquet",
     )
-    segments = write_segments(spark, {"s": [Segment(0, 0.0, 1.0)]}, tmp_path / "segments")
+    segments = write_segments({"s": [Segment(0, 0.0, 1.0)]}, tmp_path / "segments")
     with pytest.raises(ValueError, match=r"column 'time_ms' has type string, expected bigint"):
         run(spark, controller_request(tmp_path, str(marks_path), segments))
     assert not (tmp_path / "state").exists()
