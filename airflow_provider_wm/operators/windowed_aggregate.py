@@ -129,7 +129,9 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     :param late_data: when an event is too late, for the horizon ``H = previous watermark - allowed_lateness``:
         ``"event_time"`` (default, Apex) when its time is below ``H`` (reason ``TOO_LATE``); ``"window_end"``
         (Spark Structured Streaming, Flink, Beam) only when its window has closed, ``end <= H`` (reason
-        ``WINDOW_CLOSED``). Not with session windows yet.
+        ``WINDOW_CLOSED``); for session windows, when the event's own window ``[t, t + gap)`` has closed, as in
+        Spark: such an event is dropped even if it would merge into a session that is still open, and an event
+        whose own window is open counts and may extend a stored open session.
     :param accumulation: ACCUMULATING (default), DISCARDING or ACCUMULATING_AND_RETRACTING.
     :param early_firing: fire EARLY panes for incomplete windows that received data in the run.
     :param late_firing: fire a LATE pane every run a complete window receives data (default); when off,

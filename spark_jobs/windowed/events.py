@@ -138,7 +138,9 @@ class Events(JobBase):
 
     def too_late(self, t: Column, horizon: int) -> Column:
         """``core.windowing.too_late_reason`` for a valid time ``t``. ``EVENT_TIME``: ``t < H``. ``WINDOW_END``:
-        the event's last window (the one that ends latest) has closed, ``end <= H``, so all of them have."""
+        the event's last window (the one that ends latest) has closed, ``end <= H``, so all of them have; for a
+        session, the event's own window ``[t, t + gap)`` before merging (``core.windowing.LateData``), which is
+        Spark Structured Streaming's filter on a row's ``session_window`` ahead of the merge."""
         window = self.spec.output_window
         if self.spec.late_data is LateData.EVENT_TIME:
             return t < F.lit(horizon)
@@ -146,7 +148,9 @@ class Events(JobBase):
             last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms)) + F.lit(window.size_ms)
         elif isinstance(window, Sliding):
             last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms)) + F.lit(window.size_ms)
-        else:  # the global window never closes; the spec refuses sessions under WINDOW_END
+        elif isinstance(window, Session):
+            last_end = t + F.lit(window.gap_ms)
+        else:  # the global window never closes
             return F.lit(False)
         return ~is_open(last_end, horizon)
 

@@ -587,8 +587,10 @@ def test_late_data_is_checked_at_construction_and_carried_in_the_specs_json_only
     assert AggregationSpec.from_json(by_end.to_json()) == by_end
     with pytest.raises(ValueError, match=r"late_data='window-end' must be one of \['event_time', 'window_end'\]"):
         replace(base, late_data="window-end")
-    with pytest.raises(ValueError, match="late_data='window_end' with window=Session"):
-        AggregationSpec(Session(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"), late_data="window_end")
+    sessions = AggregationSpec(
+        Session(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"), late_data="window_end"
+    )
+    assert AggregationSpec.from_json(sessions.to_json()) == sessions and sessions.late_data is LateData.WINDOW_END
 
 
 def test_under_window_end_an_event_below_the_horizon_still_counts_in_its_open_window():
@@ -617,12 +619,48 @@ def test_a_sliding_event_counts_only_in_its_windows_that_have_not_closed():
     ]
 
 
+def session_worked_example(late_data: LateData):
+    """Gap 10 s, watermark 5 s behind the highest event: run 1 stores the open session ``[30 s, 48 s)`` and
+    sets ``W = 33 s``; run 2 brings events at 22 s (own window ``[22 s, 32 s)``: closed) and 25 s (own window
+    ``[25 s, 35 s)``: open), both below the horizon; run 3 moves the watermark past every session."""
+    spec = AggregationSpec(
+        Session(10_000), (Aggregate("n", "count"),), ("k",), BoundedOutOfOrderness(5_000), late_data=late_data
+    )
+    first = run(spec, AggregationState(), [Event(30_000, ("a",), {}), Event(38_000, ("a",), {})])
+    second = run(spec, first.state, [Event(22_000, ("a",), {}), Event(25_000, ("a",), {})])
+    third = run(spec, second.state, [Event(100_000, ("b",), {})])
+    return first, second, third
+
+
+def test_under_window_end_a_session_event_with_an_open_own_window_extends_the_stored_open_session():
+    first, second, third = session_worked_example(LateData.WINDOW_END)
+    assert first.watermark_ms == 33_000 and [w.window for w in first.state.windows] == [Window(30_000, 48_000)]
+    assert [(e.time_ms, reason) for e, reason in second.late] == [(22_000, "WINDOW_CLOSED")]
+    assert [(w.window, w.partial) for w in second.state.windows] == [(Window(25_000, 48_000), (3,))]
+    assert [(p.key, p.window, p.timing.value, p.values) for p in third.panes] == [
+        (("a",), Window(25_000, 48_000), "ON_TIME", (3,))
+    ]
+
+
+def test_under_window_end_a_session_event_whose_own_window_closed_is_dropped_though_it_would_merge_into_an_open_one():
+    # [22 s, 32 s) overlaps the stored [30 s, 48 s) and the run's [25 s, 35 s): the merge would end at 48 s > 33 s,
+    # but the event is judged before merging (Spark's rule), so it is dropped and the session starts at 25 s
+    _, second, third = session_worked_example(LateData.WINDOW_END)
+    assert [reason for e, reason in second.late if e.time_ms == 22_000] == ["WINDOW_CLOSED"]
+    assert all(p.window.start == 25_000 for p in third.panes if p.key == ("a",))
+
+
+def test_under_event_time_both_session_events_below_the_horizon_are_too_late():
+    _, second, third = session_worked_example(LateData.EVENT_TIME)
+    assert [(e.time_ms, reason) for e, reason in second.late] == [(22_000, "TOO_LATE"), (25_000, "TOO_LATE")]
+    assert [(p.window, p.values) for p in third.panes if p.key == ("a",)] == [(Window(30_000, 48_000), (2,))]
+
+
 @settings(max_examples=200, deadline=None)
 @given(scenarios())
 def test_window_end_drops_a_subset_of_what_event_time_drops_and_only_events_whose_windows_all_closed(scenario):
+    """For sessions "its windows" is the event's own ``[t, t + gap)``: it is judged before merging."""
     spec, batches, sources = scenario
-    if isinstance(spec.window, Session):
-        return
     by_end = replace(spec, late_data=LateData.WINDOW_END)
     state_time, state_end = AggregationState(), AggregationState()
     for batch, source in zip(batches, sources, strict=True):

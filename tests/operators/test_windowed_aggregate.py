@@ -14,6 +14,7 @@ from airflow_provider_wm.contracts import WindowedManifest
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     BoundedOutOfOrderness,
+    LateData,
     SqlAggregate,
     StoreWatermark,
     UpstreamPanes,
@@ -68,6 +69,7 @@ def test_window_helpers_take_durations():
         ({"accumulation": "SOMETIMES"}, "accumulation='SOMETIMES'"),
         ({"accumulation": "DISCARDING", "fire_only_updated_panes": True}, "fire_only_updated_panes=True is invalid"),
         ({"window": session("PT2M")}, "keyed only"),
+        ({"late_data": "window-end"}, r"late_data='window-end' must be one of \['event_time', 'window_end'\]"),
         ({"watermark": {"stream": "../x"}}, r"watermark.stream='../x'"),
         ({"watermark": {"delay": 5}}, "watermark=.* must be"),
         ({"keys": "region"}, "keys='region' must be a list"),
@@ -110,6 +112,13 @@ def test_arguments_become_the_core_spec():
     assert op.max_active_tis_per_dag == 1 and op.late_output == "/out_late"
     global_op = WindowedAggregateOperator(**{**REQUIRED, "window": global_window(), "early_firing": True})
     assert global_op.spec.watermark == StoreWatermark("orders")
+
+
+def test_late_data_window_end_is_accepted_with_session_windows_and_carried_to_the_job():
+    op = WindowedAggregateOperator(
+        **{**REQUIRED, "window": session("PT2M"), "keys": ["region"], "late_data": "window_end"}
+    )
+    assert op.spec.late_data is LateData.WINDOW_END and op.spec.to_json()["late_data"] == "window_end"
 
 
 def write_events(path, batch: int, rows: list[tuple[str, int | None, int, int]]) -> None:

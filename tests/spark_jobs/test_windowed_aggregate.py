@@ -180,6 +180,34 @@ def test_worked_example_session_merge_retracts_both_sessions(spark, tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    ("late_data", "late", "session_a"),
+    [
+        (LateData.WINDOW_END, [("a", 22_000, "WINDOW_CLOSED", 2)], (25_000, 48_000, (3, 11))),
+        (LateData.EVENT_TIME, [("a", 22_000, "TOO_LATE", 2), ("a", 25_000, "TOO_LATE", 2)], (30_000, 48_000, (2, 3))),
+    ],
+)
+def test_worked_example_a_session_event_is_judged_by_its_own_window_before_merging_as_core_does(
+    spark, tmp_path, late_data, late, session_a
+):
+    """``core.windowing.LateData``'s session example: gap 10 s, ``H = 33 s``, stored open session ``[30 s, 48 s)``.
+    Under ``"window_end"`` 25 s (own window open) extends it and 22 s (own window closed) is dropped although it
+    would merge into it; under ``"event_time"`` both are too late."""
+    spec = AggregationSpec(
+        Session(10_000), (Aggregate("n", "count"), *SUM_V), ("k",), BoundedOutOfOrderness(5_000), late_data=late_data
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    state, results = AggregationState(), []
+    for rows in ([("a", 30_000, 1), ("a", 38_000, 2)], [("a", 22_000, 4), ("a", 25_000, 8)], [("b", 100_000, 16)]):
+        result = run(spec, state, [Event(t, (k,), {"v": v}) for k, t, v in rows])
+        state = result.state
+        results.append(result)
+        manifest = pipeline.run(rows)
+        assert manifest["totals"]["too_late"] == len(result.late) and manifest["watermark_ms"] == result.watermark_ms
+    assert pipeline.late() == late
+    assert pipeline.panes() == core_rows(spec, results) == [(("a",), *session_a, "ON_TIME", 0, False, 95_000)]
+
+
 def test_invalid_times_are_quarantined_with_their_columns_and_counted(spark, tmp_path):
     spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=BoundedOutOfOrderness(0))
     pipeline = Pipeline(spark, tmp_path, spec)
@@ -387,7 +415,7 @@ def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation
         fire_only_updated_panes=accumulation is not Accumulation.DISCARDING and rnd.random() < 0.3,
         early_firing_count=early_count,
         late_firing_count=rnd.choice([None, 2]) if late_firing else None,
-        late_data=LateData.EVENT_TIME if window_kind == "session" else rnd.choice(list(LateData)),
+        late_data=rnd.choice(list(LateData)),
     )
     runs, clock = [], 0
     for _ in range(rnd.randint(3, 4)):
@@ -628,13 +656,16 @@ MERGED_AGGREGATES = (
 )
 
 
-@pytest.mark.parametrize("window_kind", ["tumbling", "session"])
-def test_merged_inputs_panes_equal_core_over_random_runs(spark, tmp_path, window_kind):
+@pytest.mark.parametrize(
+    ("window_kind", "late_data"),
+    [("tumbling", LateData.EVENT_TIME), ("session", LateData.EVENT_TIME), ("session", LateData.WINDOW_END)],
+)
+def test_merged_inputs_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, late_data):
     rnd = random.Random(zlib.crc32(f"merge-{window_kind}".encode()))
     watermark = MergedWatermark((("a", StoreWatermark("sa")), ("b", StoreWatermark("sb"))), 50, "highest")
     spec = AggregationSpec(
         WINDOWS[window_kind], MERGED_AGGREGATES, ("k",), watermark, allowed_lateness_ms=rnd.randint(0, 10),
-        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING, early_firing=True,
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING, early_firing=True, late_data=late_data,
     )  # fmt: skip
     pipeline = Merge(spark, tmp_path, spec)
     state, results, clock = AggregationState(), [], 0

@@ -19,7 +19,9 @@ lateness):
    reason ``TOO_LATE`` and is counted (Flink's side output for late data). ``"window_end"`` (Spark Structured
    Streaming, Flink, Beam): an event is dropped from a window only when that window has closed,
    ``end <= W_prev - L``; an event all of whose windows have closed goes to the late-data output with reason
-   ``WINDOW_CLOSED``. A sliding event whose older windows have closed still counts in its open ones.
+   ``WINDOW_CLOSED``. A sliding event whose older windows have closed still counts in its open ones. A
+   session event is judged by its own window ``[t, t + gap)`` before merging, as Spark does: it is dropped
+   when ``t + gap <= W_prev - L`` even if it would merge into a session still open (:class:`LateData`).
 3. **Watermark.** ``W`` is the stream's watermark from the store (:class:`StoreWatermark`) or the highest
    event time seen so far minus a delay (:class:`BoundedOutOfOrderness`); never lower than ``W_prev``.
    ``W`` means that every event with a time below ``W`` has arrived.

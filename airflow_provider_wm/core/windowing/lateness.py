@@ -41,6 +41,31 @@ class LateData(enum.StrEnum):
     True
     >>> too_late_reason(LateData.WINDOW_END, 18_000, [Window(10_000, 20_000)], 25_000)
     <LateReason.WINDOW_CLOSED: 'WINDOW_CLOSED'>
+
+    **Sessions.** Under ``WINDOW_END`` a session event is judged by its own session window ``[t, t + gap)``,
+    *before* any merging: it is ``WINDOW_CLOSED`` when ``t + gap <= H``, even when it overlaps or touches a
+    stored session that is still open, or an accepted event of the same run. This is Spark Structured
+    Streaming's rule (Spark 4: ``SessionWindowStateStoreRestoreExec`` drops the input rows whose own
+    ``session_window.end <= watermark`` before ``MergingSessionsExec`` merges them with the stored sessions),
+    and the test ``tests/spark_jobs/test_windowed_aggregate_streaming.py`` checks it against a real streaming
+    query. So "the merged session's end" decides only in one direction: an event whose own window is open
+    always lands in a session that ends after ``H`` (a merged session ends no earlier than its members) and
+    may extend a stored session that has not closed; an event whose own window has closed never reopens or
+    extends anything. An event's fate thus depends on its time and ``H`` only, not on the other events of its
+    run or on the stored sessions, and a dropped event never bridges two sessions.
+
+    Worked example: gap 10 s, ``H = 33 s``, a stored open session ``[30 s, 48 s)`` of events at 30 s and 38 s.
+    An event at 25 s (own window ``[25 s, 35 s)``, open) counts and extends the session to ``[25 s, 48 s)``;
+    an event at 22 s (own window ``[22 s, 32 s)``, closed) is ``WINDOW_CLOSED`` although ``[22 s, 32 s)``
+    overlaps both ``[30 s, 48 s)`` and ``[25 s, 35 s)``. Under ``EVENT_TIME`` both are ``TOO_LATE``
+    (``22 s, 25 s < 33 s``).
+
+    >>> from airflow_provider_wm.core.windows import Session
+    >>> gap = Session(10_000)
+    >>> too_late_reason(LateData.WINDOW_END, 25_000, gap.assign(25_000), 33_000) is None
+    True
+    >>> too_late_reason(LateData.WINDOW_END, 22_000, gap.assign(22_000), 33_000)
+    <LateReason.WINDOW_CLOSED: 'WINDOW_CLOSED'>
     """
 
     EVENT_TIME = "event_time"
@@ -48,7 +73,8 @@ class LateData(enum.StrEnum):
 
 
 def too_late_reason(policy: LateData, t: int, windows: Sequence[Window], horizon: int | None) -> LateReason | None:
-    """Rule 2 for an event at ``t`` whose windows are ``windows``: why it is too late, or ``None``."""
+    """Rule 2 for an event at ``t`` whose windows are ``windows`` (``WindowFn.assign(t)``; for a session the
+    event's own ``[t, t + gap)``, before merging): why it is too late, or ``None``."""
     if horizon is None:
         return None
     if policy is LateData.EVENT_TIME:

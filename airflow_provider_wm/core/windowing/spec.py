@@ -108,11 +108,6 @@ class AggregationSpec:
         if self.late_data not in tuple(LateData):
             raise ValueError(f"late_data={self.late_data!r} must be one of {[p.value for p in LateData]}")
         object.__setattr__(self, "late_data", LateData(self.late_data))
-        if self.late_data is LateData.WINDOW_END and isinstance(self.window, Session):
-            raise ValueError(
-                f"late_data='window_end' with window={self.window!r}: lateness by the merged session's end is "
-                "not supported yet; use late_data='event_time' for sessions"
-            )
         if self.upstream is not None:
             self._check_rollup(self.upstream)
         elif not isinstance(self.window, WindowFn):
