@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import math
 from typing import Any
@@ -21,8 +22,8 @@ def is_templated(value: Any) -> bool:
 def to_epoch_ms(value: Any, argument: str) -> int:
     """``2026-01-01T01:00:00Z``, a datetime, or an int of epoch milliseconds -> epoch milliseconds.
 
-    >>> to_epoch_ms("2026-01-01T00:00:01+00:00", "threshold")
-    1767225601000
+    >>> to_epoch_ms("2026-01-01T00:00:01+00:00", "threshold"), to_epoch_ms("1970-01-01T00:00:16.281Z", "t")
+    (1767225601000, 16281)
     """
     if isinstance(value, bool):
         raise ValueError(f"{argument}={value!r} is not a time")
@@ -31,7 +32,7 @@ def to_epoch_ms(value: Any, argument: str) -> int:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             raise ValueError(f"{argument}={value!r} has no time zone; pass an aware datetime")
-        return int(value.timestamp() * 1000)
+        return _exact_ms(value)
     if isinstance(value, str):
         text = value.strip()
         if text.lstrip("-").isdigit():
@@ -42,8 +43,14 @@ def to_epoch_ms(value: Any, argument: str) -> int:
             raise ValueError(f"{argument}={value!r} is not an ISO-8601 date-time or epoch milliseconds") from exc
         if not isinstance(parsed, dt.datetime):
             raise ValueError(f"{argument}={value!r} is not a date-time")
-        return int(parsed.timestamp() * 1000)
+        return _exact_ms(parsed)
     raise ValueError(f"{argument}={value!r} is not a time (ISO-8601 string, datetime or epoch ms)")
+
+
+def _exact_ms(value: dt.datetime) -> int:
+    """Whole epoch milliseconds by integer arithmetic (``timestamp() * 1000`` through a float can be 1 ms short:
+    16.281 s gives 16280)."""
+    return calendar.timegm(value.utctimetuple()) * 1000 + value.microsecond // 1000
 
 
 def duration_ms(value: Any, argument: str) -> int:
