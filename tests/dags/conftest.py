@@ -40,8 +40,9 @@ def run_demo_hours(base: Path, dag_id: str, pipelines: tuple[str, ...]) -> DemoH
     from airflow_provider_wm.state import cutoff_variable_key, windowed_variable_key
 
     saved = {name: os.environ.get(name) for name in ("WM_EXAMPLE_BASE", "WM_EXAMPLE_SENSOR_TIMEOUT")}
-    # a sensor gives up after 10 s: the watermarks it waits on were published by the runs before it, or never
-    os.environ.update(WM_EXAMPLE_BASE=str(base), WM_EXAMPLE_SENSOR_TIMEOUT="10")
+    # a sensor gives up after 3 s: the watermarks it waits on were published by the runs before it, or never (its
+    # first poll always happens, so a published watermark is always seen)
+    os.environ.update(WM_EXAMPLE_BASE=str(base), WM_EXAMPLE_SENSOR_TIMEOUT="3")
     try:
         keys = [cutoff_variable_key("example_controller")] + [windowed_variable_key(p) for p in pipelines]
         for key in keys:  # the session's DB is shared: start from no state
