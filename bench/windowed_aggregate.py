@@ -97,7 +97,13 @@ def events_session(args: argparse.Namespace, app_name: str) -> SparkSession:
     return spark
 
 
-def native_aggregate(spark: SparkSession, events: str, native: Callable[[Column], Column], out: str, arrival=None):
+def native_aggregate(
+    spark: SparkSession,
+    events: str,
+    native: Callable[[Column], Column],
+    out: str,
+    arrival: tuple[int, int] | None = None,
+) -> None:
     """The native floor: ``groupBy(window|session_window, key).agg(count, sum)`` over the events (those whose
     arrival is in ``arrival = (after, until]`` when given, the job's arrival filter), written as Parquet."""
     frame = spark.read.parquet(events)
