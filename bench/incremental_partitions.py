@@ -18,14 +18,14 @@
    - day-2 run: the state after the first run, one more day of data appended to the source, the plan one
      day later with a 2-day grace period (2 days re-execute + 1 new day, x 2 units).
 
-   Each run's floor is the native read of the source partitions its plan names (``event_date`` values),
-   written partitioned by day and unit (the day-2 floor replaces those partitions in the first floor's
-   output, as the job's dynamic overwrite does). Job and floor are each the best of ``--spark-repeat`` (the
-   first run into a fresh target each time, the day-2 run into the last one), with their Spark jobs and
-   stages; before them an untimed warm-up runs both for the first day into scratch targets, so all find a
-   warm JVM. Prints rows read from the manifests, the source partitions/files the job's scan selects, the
-   job's longest Spark jobs, writes ``bench/results/incremental_partitions.json`` (or ``--output``) and
-   ends with ``ratio=<day-2 run / its floor>`` (target <= 2.0).
+   Each run's floor is the native read of the source partitions its plan names (``event_date`` values), written
+   partitioned by day and unit (the day-2 floor replaces those partitions in the first floor's output, as the
+   job's dynamic overwrite does). Job and floor run alternately, each the best of ``--spark-repeat`` (the first
+   run into a fresh target each time, the day-2 run into the last one), with their Spark jobs and stages; before
+   them an untimed warm-up runs both for the first day into scratch targets, so all find a warm JVM. Prints rows
+   read from the manifests, the source partitions/files the job's scan selects, the job's longest Spark jobs,
+   writes ``bench/results/incremental_partitions.json`` (or ``--output``) and ends with ``ratio=<day-2 run / its
+   floor>`` (target <= 2.0).
 
     .venv/bin/python bench/incremental_partitions.py                      # default: 20M rows, a few minutes
     .venv/bin/python bench/incremental_partitions.py --rows 2000000       # quick check
@@ -47,7 +47,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from timing import Measured, measure, write_results
+from timing import Measured, compare, write_results
 
 from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
 from airflow_provider_wm.core.partitions import (
@@ -348,8 +348,7 @@ def bench_job(args: argparse.Namespace) -> dict[str, Any]:
             floor_targets.append(work / "floor" / f"first-{len(floor_targets)}")
             native_floor(spark, work, first_days, floor_targets[-1])
 
-        first_m = measure(spark, args.spark_repeat, first_job, steps=True)
-        first_floor_m = measure(spark, args.spark_repeat, first_floor)
+        first_m, first_floor_m = compare(spark, args.spark_repeat, first_job, first_floor)
         target, floor_target = targets[-1], floor_targets[-1]
         first_scan = scan_selection(spark, work, "first", target)
 
@@ -367,8 +366,7 @@ def bench_job(args: argparse.Namespace) -> dict[str, Any]:
             native_floor(spark, work, day2_days, floor_target)
 
         day2_floor()  # the new day's files in the cache for both
-        day2_m = measure(spark, args.spark_repeat, day2_job, steps=True)
-        day2_floor_m = measure(spark, args.spark_repeat, day2_floor)
+        day2_m, day2_floor_m = compare(spark, args.spark_repeat, day2_job, day2_floor)
         day2_scan = scan_selection(spark, work, "day2", target)
 
         runs = {

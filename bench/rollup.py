@@ -14,9 +14,9 @@ one classic Spark session (``local[2]`` by default), the jobs in-process (``spar
   repeat with a fresh state, live and output folder; against its floor, the native rollup: read the panes,
   ``groupBy(hour, key).agg(sum)``, write (target: ratio <= 2.0).
 
-Each run is the best of ``--repeat``; the bench prints its seconds, Spark jobs and stages (job and floor), the
-rows each run read (the manifests' ``events_read``: events vs panes), the job's longest Spark jobs, checks that
-the rollup's revenue summed over all hourly panes equals ``sum(amount)`` over all events, writes
+Job and floor run alternately, each the best of ``--repeat``; the bench prints its seconds, Spark jobs and stages
+(job and floor), the rows each run read (the manifests' ``events_read``: events vs panes), the job's longest Spark
+jobs, checks that the rollup's revenue summed over all hourly panes equals ``sum(amount)`` over all events, writes
 ``bench/results/rollup.json`` (or ``--output``) and ends with ``ratio=<rollup / native rollup>``.
 
     python bench/rollup.py --events 20000000
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
-from timing import Measured, measure, write_results
+from timing import Measured, compare, write_results
 from windowed_aggregate import DAY_MS, T0_MS, events_arguments, events_session, generate
 
 from airflow_provider_wm.core.windowing import (
@@ -140,11 +140,9 @@ def main() -> None:
             ).parquet(str(work / "native_rollup"))
 
         baseline()  # warm the file cache (and the JVM) for all
-        aggregate_m = measure(spark, args.repeat, aggregate, steps=True)
-        baseline_m = measure(spark, args.repeat, baseline)
-        rollup()  # the panes' files in the cache for both
-        rollup_m = measure(spark, args.repeat, rollup, steps=True)
-        native_m = measure(spark, args.repeat, native_rollup)
+        aggregate_m, baseline_m = compare(spark, args.repeat, aggregate, baseline)
+        native_rollup()  # the panes' files in the cache for both
+        rollup_m, native_m = compare(spark, args.repeat, rollup, native_rollup)
 
         pane_rows = manifests["rollup"]["totals"]["events_read"]
         runs = {

@@ -82,6 +82,25 @@ def measure(spark: Any, repeat: int, fn: Callable[[], Any], steps: bool = False)
     return Measured(best, len(jobs), len(ran), job_steps(spark, jobs, ran) if steps else ())
 
 
+def compare(
+    spark: Any, repeat: int, job: Callable[[], Any], floor: Callable[[], Any], steps: bool = True
+) -> tuple[Measured, Measured]:
+    """``job`` and its ``floor`` called alternately, ``repeat`` times each (job first), so that other work on
+    the machine weighs on both alike: each one's fastest call (:func:`measure` of one call: its time, jobs and
+    stages, and with ``steps`` the job's Spark jobs)."""
+    best_job: Measured | None = None
+    best_floor: Measured | None = None
+    for _ in range(repeat):
+        measured = measure(spark, 1, job, steps)
+        if best_job is None or measured.seconds < best_job.seconds:
+            best_job = measured
+        measured = measure(spark, 1, floor)
+        if best_floor is None or measured.seconds < best_floor.seconds:
+            best_floor = measured
+    assert best_job is not None and best_floor is not None, "repeat must be at least 1"
+    return best_job, best_floor
+
+
 ACTIONS = {
     "pyspark.sql.classic.dataframe:DataFrame": ("collect", "count", "first", "take", "localCheckpoint", "checkpoint"),
     "pyspark.sql.readwriter:DataFrameWriter": ("parquet", "save", "json", "csv"),

@@ -14,9 +14,9 @@ incremental run could not skip old row groups by arrival time). Then, in one cla
   run's state, against its floor, the native read of just the new events (the same arrival filter, on the
   arrival column, which Parquet pushes down), the same group-by and write (target: ratio <= 2.0).
 
-Each run is the best of ``--repeat``; the bench prints its seconds, Spark jobs and stages (job and floor),
-the job's longest Spark jobs, writes ``bench/results/windowed_aggregate.json`` (or ``--output``) and ends
-with ``ratio=<x>``, the ratio of the run worst against its target.
+Job and floor run alternately, each the best of ``--repeat``; the bench prints its seconds, Spark jobs and stages
+(job and floor), the job's longest Spark jobs, writes ``bench/results/windowed_aggregate.json`` (or ``--output``)
+and ends with ``ratio=<x>``, the ratio of the run worst against its target.
 
     python bench/windowed_aggregate.py --events 20000000
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
-from timing import Measured, measure, write_results
+from timing import Measured, compare, write_results
 
 from airflow_provider_wm.core.windowing import Aggregate, AggregationSpec, BoundedOutOfOrderness
 from airflow_provider_wm.core.windows import Session, Sliding, Tumbling, WindowFn
@@ -179,8 +179,7 @@ def main() -> None:
                 native_aggregate(spark, variant_events, native, str(work / tag / "floor"))  # noqa: B023
 
             floor()  # warm the file cache for both
-            first_m = measure(spark, args.repeat, first_run, steps=True)
-            floor_m = measure(spark, args.repeat, floor)
+            first_m, floor_m = compare(spark, args.repeat, first_run, floor)
             first = manifests[-1]
             report(runs, f"{tag}_first", f"{name}, first run", args.events, first_m, floor_m, FIRST_TARGET)
             jobs[f"{tag}_first"] = first_m
@@ -200,8 +199,7 @@ def main() -> None:
                 native_aggregate(spark, variant_events, native, str(work / tag / "floor-2"), arrival)  # noqa: B023
 
             incremental_floor()
-            incr_m = measure(spark, args.repeat, incremental_run, steps=True)
-            incr_floor_m = measure(spark, args.repeat, incremental_floor)
+            incr_m, incr_floor_m = compare(spark, args.repeat, incremental_run, incremental_floor)
             key = f"{tag}_incremental"
             report(runs, key, f"{name}, incremental (1% new)", incremental, incr_m, incr_floor_m, INCREMENTAL_TARGET)
             runs[key]["of_first_run"] = incr_m.seconds / first_m.seconds
