@@ -293,7 +293,9 @@ def native_floor(spark: SparkSession, work: Path, days: list[str], target: Path)
     ).partitionBy("event_date", "region").parquet(str(target))
 
 
-def row(label: str, manifest: dict[str, Any], job: Measured, floor: Measured, target: float | None, **extra: Any):
+def row(
+    label: str, manifest: dict[str, Any], job: Measured, floor: Measured, target: float | None, **extra: Any
+) -> dict[str, Any]:
     """One run of the results: the job and its floor, their ratio, and the target (None: for reference)."""
     ratio = job.seconds / floor.seconds
     totals = manifest["totals"]
