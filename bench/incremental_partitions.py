@@ -18,10 +18,14 @@
    - day-2 run: the state after the first run, one more day of data appended to the source, the plan one
      day later with a 2-day grace period (2 days re-execute + 1 new day, x 2 units).
 
-   Both are timed as the wall clock around ``run(...)``; before them an untimed warm-up runs the job for the
-   first day into a scratch target, so both runs find a warm JVM. Prints rows read/written from the
-   manifests, the source partitions/files the job's scan selects, and the ratio day-2 / first
-   (target <= 0.15: a day-2 run costs a small fraction of a full run).
+   Each run's floor is the native read of the source partitions its plan names (``event_date`` values), written
+   partitioned by day and unit (the day-2 floor replaces those partitions in the first floor's output, as the
+   job's dynamic overwrite does). Job and floor run alternately, each the best of ``--spark-repeat`` (the first
+   run into a fresh target each time, the day-2 run into the last one), with their Spark jobs and stages; before
+   them an untimed warm-up runs both for the first day into scratch targets, so all find a warm JVM. Prints rows
+   read from the manifests, the source partitions/files the job's scan selects, the job's longest Spark jobs,
+   writes ``bench/results/incremental_partitions.json`` (or ``--output``) and ends with ``ratio=<day-2 run / its
+   floor>`` (target <= 2.0).
 
     .venv/bin/python bench/incremental_partitions.py                      # default: 20M rows, a few minutes
     .venv/bin/python bench/incremental_partitions.py --rows 2000000       # quick check
@@ -43,6 +47,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from timing import Measured, compare, write_results
 
 from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
 from airflow_provider_wm.core.partitions import (
@@ -63,6 +68,11 @@ SOURCE_START = "2025-01-01"
 UNITS = ["eu", "us"]
 DAY_US = DAY_MS * 1000
 GENERATOR_VERSION = 1
+PLAN_TARGET_MS = 200
+STATE_TARGET_BYTES = 64 * 1024
+DAY2_TARGET = 2.0
+"""The day-2 run's target: at most this many times its native floor (read the plan's source partitions, write
+them)."""
 
 
 # --- 1. planning ---------------------------------------------------------------------------------
@@ -93,7 +103,7 @@ def variable_value(spec: PartitionSpec, units: list[str], state: PartitionState)
     return json.dumps(document.to_json(), separators=(",", ":"), sort_keys=True)
 
 
-def bench_planning(repeat: int, fail_every: int) -> None:
+def bench_planning(repeat: int, fail_every: int) -> dict[str, Any]:
     spec = PartitionSpec.build({"from": HOURLY_FROM, "to": HOURLY_TO}, "hourly")
     now = iso_ms(HOURLY_TO)
     first = plan(spec, PartitionState.empty(), now)
@@ -139,6 +149,19 @@ def bench_planning(repeat: int, fail_every: int) -> None:
         f"{compact:,} bytes = {compact / 1024:.1f} KB (target < 64 KB); Variable value {variable:,} bytes "
         f"= {variable / 1024:.1f} KB"
     )
+    return {
+        "work_units": count,
+        "plan_full_state_ms": full_ms,
+        "plan_empty_state_ms": empty_ms,
+        "apply_ms": apply_ms,
+        "executes": len(with_state.executing()),
+        "state_runs": state.size(),
+        "failed_units": len(failures),
+        "state_compact_bytes": compact,
+        "variable_bytes": variable,
+        "targets": {"plan_ms": PLAN_TARGET_MS, "state_bytes": STATE_TARGET_BYTES},
+        "met": full_ms < PLAN_TARGET_MS and compact < STATE_TARGET_BYTES,
+    }
 
 
 # --- 2. the Spark job ----------------------------------------------------------------------------
@@ -250,7 +273,48 @@ def scan_selection(spark: SparkSession, work: Path, name: str, target: Path) -> 
     return "n/a"
 
 
-def bench_job(args: argparse.Namespace) -> None:
+def source_days(the_plan: Plan) -> list[str]:
+    """The source partitions (``event_date`` values, UTC days) the plan's ranges cover."""
+    days: set[str] = set()
+    for start, end in merged_intervals(
+        [{"range_start": u.range_start, "range_end": u.range_end} for u in the_plan.executing()]
+    ):
+        for day in range(start // DAY_MS, (end - 1) // DAY_MS + 1):
+            days.add((dt.date(1970, 1, 1) + dt.timedelta(days=day)).isoformat())
+    return sorted(days)
+
+
+def native_floor(spark: SparkSession, work: Path, days: list[str], target: Path) -> None:
+    """The floor of a run: read the source partitions of its plan, write them partitioned by day and unit,
+    replacing those partitions only (the job's dynamic overwrite)."""
+    source = spark.read.parquet(str(work / "source"))
+    source.where(F.col("event_date").cast("string").isin(days)).write.mode("overwrite").option(
+        "partitionOverwriteMode", "dynamic"
+    ).partitionBy("event_date", "region").parquet(str(target))
+
+
+def row(
+    label: str, manifest: dict[str, Any], job: Measured, floor: Measured, target: float | None, **extra: Any
+) -> dict[str, Any]:
+    """One run of the results: the job and its floor, their ratio, and the target (None: for reference)."""
+    ratio = job.seconds / floor.seconds
+    totals = manifest["totals"]
+    return {
+        "label": label,
+        "work_units": totals["work_units"],
+        "rows_read": totals["rows_read"],
+        "rows_written": totals["rows_written"],
+        "status": manifest["status"],
+        "job": job.as_dict(),
+        "floor": floor.as_dict(),
+        "ratio": ratio,
+        "target": target,
+        "met": None if target is None else ratio <= target,
+        **extra,
+    }
+
+
+def bench_job(args: argparse.Namespace) -> dict[str, Any]:
     per_day = -(-args.rows // args.days)  # at least --rows
     spark = session(args.master, args.driver_memory)
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench-partitions-"))
@@ -258,10 +322,10 @@ def bench_job(args: argparse.Namespace) -> None:
     try:
         print(
             f"\n2. Spark job: {per_day * args.days:,} rows over {args.days} days, units {UNITS}, "
-            f"master {args.master} ({spark.sparkContext.defaultParallelism} cores)"
+            f"master {args.master} ({spark.sparkContext.defaultParallelism} cores), best of {args.spark_repeat}"
         )
         prepare_source(spark, work, args.days, per_day)
-        for stale in ("target", "warm-up-target", "runs"):
+        for stale in ("target", "warm-up-target", "runs", "floor"):
             shutil.rmtree(work / stale, ignore_errors=True)
 
         spec = PartitionSpec.build({"from": SOURCE_START, "to": "P0D"}, "daily")
@@ -269,33 +333,76 @@ def bench_job(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         warm = plan(spec, PartitionState.empty(), iso_ms(SOURCE_START) + DAY_MS, units=UNITS)
         execute(spark, work, warm, "warm-up", work / "warm-up-target")
-        print(f"   warm-up (day 1 into a scratch target, untimed): {time.perf_counter() - start:.1f}s")
+        native_floor(spark, work, source_days(warm), work / "floor" / "warm-up")
+        print(f"   warm-up (day 1 into scratch targets, untimed): {time.perf_counter() - start:.1f}s")
 
+        manifests: dict[str, dict[str, Any]] = {}
         first_plan = plan(spec, PartitionState.empty(), now1, units=UNITS)
-        first, first_s = execute(spark, work, first_plan, "first", work / "target")
-        first_scan = scan_selection(spark, work, "first", work / "target")
+        first_days = source_days(first_plan)
+        targets: list[Path] = []
+        floor_targets: list[Path] = []
+
+        def first_job() -> None:  # a fresh target each time; the last one is the day-2 run's
+            targets.append(work / "target" / f"first-{len(targets)}")
+            manifests["first"] = execute(spark, work, first_plan, "first", targets[-1])[0]
+
+        def first_floor() -> None:  # a fresh target each time; the last one is the day-2 floor's
+            floor_targets.append(work / "floor" / f"first-{len(floor_targets)}")
+            native_floor(spark, work, first_days, floor_targets[-1])
+
+        first_m, first_floor_m = compare(spark, args.spark_repeat, first_job, first_floor)
+        target, floor_target = targets[-1], floor_targets[-1]
+        first_scan = scan_selection(spark, work, "first", target)
 
         state = PartitionState.empty().apply(succeeded(first_plan))
         events(spark, args.days, 1, per_day).write.mode("append").partitionBy("event_date").parquet(
             str(work / "source")
         )
         day2_plan = plan(spec, state, now1 + DAY_MS, units=UNITS, grace_ms=2 * DAY_MS)
-        day2, day2_s = execute(spark, work, day2_plan, "day2", work / "target")
-        day2_scan = scan_selection(spark, work, "day2", work / "target")
+        day2_days = source_days(day2_plan)
 
+        def day2_job() -> None:  # the same units into the same target each time (dynamic overwrite)
+            manifests["day2"] = execute(spark, work, day2_plan, "day2", target)[0]
+
+        def day2_floor() -> None:  # the plan's source partitions, into the first floor's target
+            native_floor(spark, work, day2_days, floor_target)
+
+        day2_floor()  # the new day's files in the cache for both
+        day2_m, day2_floor_m = compare(spark, args.spark_repeat, day2_job, day2_floor)
+        day2_scan = scan_selection(spark, work, "day2", target)
+
+        runs = {
+            "day2": row(
+                "day-2 run (+1 day, grace 2 days)", manifests["day2"], day2_m, day2_floor_m, DAY2_TARGET,
+                source_partitions=len(day2_days), scan=day2_scan,
+            ),
+            "first": row(
+                f"first run (plan at {day_label(args.days)})", manifests["first"], first_m, first_floor_m, None,
+                source_partitions=len(first_days), scan=first_scan,
+            ),
+        }  # fmt: skip
         print(
-            f"   {'':<34} {'units':>6} {'rows read':>12} {'rows written':>13} {'seconds':>8}  {'status':<9} source read"
+            f"   {'':<34} {'units':>6} {'rows read':>11} {'job s':>7} {'jobs':>5} {'stages':>6}"
+            f" {'floor s':>8} {'jobs':>5} {'stages':>6} {'ratio':>6} {'target':>7}  source read"
         )
-        for label, manifest, seconds, scan in (
-            (f"first run (plan at {day_label(args.days)})", first, first_s, first_scan),
-            ("day-2 run (+1 day, grace 2 days)", day2, day2_s, day2_scan),
-        ):
-            totals = manifest["totals"]
+        for r in (runs["first"], runs["day2"]):
+            job, floor, target = r["job"], r["floor"], r["target"]
             print(
-                f"   {label:<34} {totals['work_units']:>6} {totals['rows_read']:>12,} {totals['rows_written']:>13,}"
-                f" {seconds:>8.2f}  {manifest['status']:<9} {scan}"
+                f"   {r['label']:<34} {r['work_units']:>6} {r['rows_read']:>11,} {job['seconds']:>7.2f}"
+                f" {job['jobs']:>5} {job['stages']:>6} {floor['seconds']:>8.2f} {floor['jobs']:>5} {floor['stages']:>6}"
+                f" {r['ratio']:>6.2f} {'<= ' + format(target, 'g') if target else '':>7}  {r['scan']}"
             )
-        print(f"   day-2 / first: {day2_s / first_s:.3f} (target <= 0.15)")
+        print(f"   day-2 / first: {day2_m.seconds / first_m.seconds:.3f}")
+        for label, measured in (("day-2 run", day2_m), ("first run", first_m)):
+            print(f"\n   {label}: the job's longest Spark jobs (last call)\n{measured.summary()}")
+        return {
+            "rows_option": args.rows,
+            "rows": per_day * args.days,
+            "days": args.days,
+            "units": UNITS,
+            "runs": runs,
+            "day2_of_first": day2_m.seconds / first_m.seconds,
+        }
     finally:
         spark.stop()
         if not args.work_dir:
@@ -310,14 +417,28 @@ def main() -> None:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--repeat", type=int, default=7, help="planning repeats (median)")
+    parser.add_argument("--spark-repeat", type=int, default=2, help="Spark runs, job and floor (best of)")
+    parser.add_argument("--output", type=Path, default=None, help="the JSON results (default bench/results/)")
     parser.add_argument("--fail-every", type=int, default=500, help="1 in N hourly work units failed in the state")
     parser.add_argument("--skip-spark", action="store_true", help="only the planning part")
     args = parser.parse_args()
     if args.rows < args.days:
         parser.error(f"--rows={args.rows} must be at least --days={args.days}")
-    bench_planning(args.repeat, args.fail_every)
-    if not args.skip_spark:
-        bench_job(args)
+    planning = bench_planning(args.repeat, args.fail_every)
+    if args.skip_spark:
+        return
+    job = bench_job(args)
+    document = {
+        "mode": f"job in-process (spark_jobs.partitions.run) on a classic session, {args.master}",
+        "repeat": args.spark_repeat,
+        "planning_repeat": args.repeat,
+        "planning": planning,
+        **job,
+        "headline": "day2",
+        "worst_ratio": job["runs"]["day2"]["ratio"],
+    }
+    print(f"\nwrote {write_results('incremental_partitions', document, args.output)}")
+    print(f"ratio={job['runs']['day2']['ratio']:.2f}")
 
 
 if __name__ == "__main__":

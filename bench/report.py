@@ -77,6 +77,83 @@ def _task_latency(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _target(row: dict[str, Any]) -> str:
+    if row["target"] is None:
+        return "reference"
+    return f"<= {row['target']:g}: {'met' if row['met'] else 'missed'}"
+
+
+def _runs(document: dict[str, Any], options: str, notes: list[str]) -> str:
+    """The table of a benchmark whose runs each compare the job with a native floor (``runs``: label, job and
+    floor seconds / jobs / stages, ratio, target or None, met), its headline ratio and ``notes`` after it."""
+    lines = [
+        f"From `bench/results/{document['benchmark']}.json` ({options}, best of {document['repeat']}, "
+        f"{document['mode']}):",
+        "",
+        "| run | job | jobs / stages | floor | jobs / stages | ratio | target |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    missed = []
+    for row in document["runs"].values():
+        job, floor = row["job"], row["floor"]
+        lines.append(
+            f"| {row['label']} | {_seconds(job['seconds'])} | {job['jobs']} / {job['stages']} | "
+            f"{_seconds(floor['seconds'])} | {floor['jobs']} / {floor['stages']} | {row['ratio']:.2f} | "
+            f"{_target(row)} |"
+        )
+        if row["met"] is False:
+            missed.append(row["label"])
+    headline = document["runs"][document["headline"]]
+    verdict = "every target met" if not missed else "missed by: " + "; ".join(missed)
+    lines += ["", f"Headline: `ratio={headline['ratio']:.2f}` ({headline['label']}); {verdict}."]
+    for note in notes:
+        lines += ["", note]
+    return "\n".join(lines)
+
+
+def _windowed(document: dict[str, Any]) -> str:
+    shares = ", ".join(
+        f"{row['label'].split(',')[0]} {row['of_first_run']:.0%}"
+        for row in document["runs"].values()
+        if "of_first_run" in row
+    )
+    options = f"`--events {document['events']}`, {document['keys']:,} keys"
+    return _runs(document, options, [f"An incremental run takes, of its first run's time: {shares}."])
+
+
+def _rollup(document: dict[str, Any]) -> str:
+    rollup = document["runs"]["rollup"]
+    options = f"`--events {document['events']}`, {document['keys']:,} keys"
+    note = (
+        f"The rollup reads {rollup['rows_read']:,} pane rows, not the events; its run takes "
+        f"{document['rollup_of_aggregate']:.0%} of the 5-minute aggregate's."
+    )
+    return _runs(document, options, [note])
+
+
+def _partitions(document: dict[str, Any]) -> str:
+    planning, targets = document["planning"], document["planning"]["targets"]
+    options = (
+        f"`--rows {document['rows_option']}`: {document['rows']:,} source rows over {document['days']} days, "
+        f"units {', '.join(document['units'])}"
+    )
+    reads = ", ".join(
+        f"{row['label'].split(' (')[0]} {row['source_partitions']} source partition(s), {row['rows_read']:,} rows"
+        for row in document["runs"].values()
+    )
+    notes = [
+        f"Source partitions the plans name (the floors read these): {reads}. The day-2 run takes "
+        f"{document['day2_of_first']:.1%} of the first run's time.",
+        f"Planning ({planning['work_units']:,} hourly work units, median of {document['planning_repeat']}): "
+        f"{planning['plan_full_state_ms']:.1f} ms over the full state ({planning['executes']:,} units execute; "
+        f"target < {targets['plan_ms']:g} ms), {planning['plan_empty_state_ms']:.1f} ms over the empty state; "
+        f"the state as compact JSON {planning['state_compact_bytes']:,} bytes (target < "
+        f"{targets['state_bytes'] // 1024} KB), as the Variable's value {planning['variable_bytes']:,} bytes; "
+        f"{'met' if planning['met'] else 'missed'}.",
+    ]
+    return _runs(document, options, notes)
+
+
 RENDERERS: dict[str, tuple[Callable[[dict[str, Any]], str], str]] = {
     "task_latency": (_task_latency, "make bench-latency"),
     "controller_watermark": (_controller, "python bench/controller_watermark.py --marks 10000000"),
@@ -84,6 +161,9 @@ RENDERERS: dict[str, tuple[Callable[[dict[str, Any]], str], str]] = {
         _controller,
         "python bench/controller_watermark.py --marks 10000000 --sequenced --repeat 1",
     ),
+    "windowed_aggregate": (_windowed, "python bench/windowed_aggregate.py"),
+    "rollup": (_rollup, "python bench/rollup.py"),
+    "incremental_partitions": (_partitions, "python bench/incremental_partitions.py"),
 }
 
 

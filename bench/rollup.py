@@ -1,32 +1,29 @@
-"""Benchmark: an hourly rollup of 5-minute panes (window propagation) vs the 5-minute aggregate it reads.
+"""Benchmark: an hourly rollup of 5-minute panes (window propagation) against the native rollup of those panes.
 
 Generates N events (default 20 million) for 1,000 keys over one day with ``windowed_aggregate.generate`` (the
 windowed benchmark's events: time order with up to one minute of disorder, Parquet, INT64 timestamps). Then, in
-one Spark session (``local[2]`` by default):
+one classic Spark session (``local[2]`` by default), the jobs in-process (``spark_jobs.windowed.run_request``):
 
 - the 5-minute aggregate: the job's run (version 1) over all events, tumbling 5 min, ``count`` and
   ``sum(amount)`` per key, accumulating; the store's watermark is the end of the day, so every window is
   complete and fires ON_TIME once (about 289,000 panes: 1,000 keys x the day's 288 windows, and for nearly every
-  key the 5 minutes before the day, which the disorder reaches);
-- the native baseline, for context: ``groupBy(window(event_time, "5 minutes"), key).agg(count, sum)`` written
-  as Parquet;
-- the native rollup, the floor of any Spark run over those panes: read them, ``groupBy(hour, key).agg(sum)``,
-  write;
+  key the 5 minutes before the day, which the disorder reaches); for reference, against the native
+  ``groupBy(window(event_time, "5 minutes"), key).agg(count, sum)`` written as Parquet;
 - the hourly rollup: the job with ``upstream`` set (tumbling 1 h over those panes, ``sum`` of the upstream's
   columns), reading upstream versions ``(0, 1]`` of the pane folder, the watermark at the end of the day; each
-  repeat with a fresh state, live and output folder.
+  repeat with a fresh state, live and output folder; against its floor, the native rollup: read the panes,
+  ``groupBy(hour, key).agg(sum)``, write (target: ratio <= 2.0).
 
-Prints the times (best of ``--repeat``), the rows each run read (the manifests' ``events_read``: events vs
-panes), the ratio rollup / 5-minute aggregate (target <= 5%: the rollup reads panes, not events), the same
-ratio for the native rollup and the rollup / native rollup ratio, and checks
-that the rollup's revenue summed over all hourly panes equals ``sum(amount)`` over all events.
+Job and floor run alternately, each the best of ``--repeat``; the bench prints its seconds, Spark jobs and stages
+(job and floor), the rows each run read (the manifests' ``events_read``: events vs panes), the job's longest Spark
+jobs, checks that the rollup's revenue summed over all hourly panes equals ``sum(amount)`` over all events, writes
+``bench/results/rollup.json`` (or ``--output``) and ends with ``ratio=<rollup / native rollup>``.
 
     python bench/rollup.py --events 20000000
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import shutil
 import tempfile
@@ -35,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
-from timing import best_of
+from timing import Measured, compare, write_results
 from windowed_aggregate import DAY_MS, T0_MS, events_arguments, events_session, generate
 
 from airflow_provider_wm.core.windowing import (
@@ -56,6 +53,8 @@ AGGREGATE = AggregationSpec(
     watermark=StoreWatermark("events"),
     accumulation=Accumulation.ACCUMULATING,
 )
+ROLLUP_TARGET = 2.0
+"""The rollup's target: at most this many times the native rollup (read the panes, group by hour, write)."""
 ROLLUP = AggregationSpec(
     Tumbling(3_600_000),
     (Aggregate("orders", "sum", "orders"), Aggregate("revenue", "sum", "revenue")),
@@ -84,9 +83,23 @@ def request(base: Path, name: str, spec: AggregationSpec, events: str, **fields:
     }
 
 
+def row(label: str, rows_read: int, job: Measured, floor: Measured, target: float | None) -> dict[str, Any]:
+    """One run of the results: the job and its floor, their ratio, and the target (None: for reference)."""
+    ratio = job.seconds / floor.seconds
+    return {
+        "label": label,
+        "rows_read": rows_read,
+        "job": job.as_dict(),
+        "floor": floor.as_dict(),
+        "ratio": ratio,
+        "target": target,
+        "met": None if target is None else ratio <= target,
+    }
+
+
 def main() -> None:
     parser = events_arguments(__doc__)
-    parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True, help="time the native one")
+    parser.add_argument("--output", type=Path, default=None, help="the JSON results (default bench/results/)")
     args = parser.parse_args()
     spark = events_session(args, "bench-rollup")
     work = Path(tempfile.mkdtemp(prefix="bench-rollup-"))
@@ -127,27 +140,31 @@ def main() -> None:
             ).parquet(str(work / "native_rollup"))
 
         baseline()  # warm the file cache (and the JVM) for all
-        aggregate_s = best_of(args.repeat, aggregate)
-        baseline_s = best_of(args.repeat, baseline) if args.baseline else None
-        rollup_s = best_of(args.repeat, rollup)
-        native_rollup_s = best_of(args.repeat, native_rollup)
+        aggregate_m, baseline_m = compare(spark, args.repeat, aggregate, baseline)
+        native_rollup()  # the panes' files in the cache for both
+        rollup_m, native_m = compare(spark, args.repeat, rollup, native_rollup)
 
-        print(f"\n{'':<22} {'rows read':>12} {'ON_TIME panes':>14} {'best s':>8}")
-        for label, key, seconds in (
-            ("5-min aggregate", "aggregate", aggregate_s),
-            ("hourly rollup", "rollup", rollup_s),
-        ):
-            totals = manifests[key]["totals"]
-            print(f"{label:<22} {totals['events_read']:>12,} {totals['panes']['ON_TIME']:>14,} {seconds:>8.2f}")
-        if baseline_s is not None:
-            print(f"{'native 5-min baseline':<22} {args.events:>12,} {'':>14} {baseline_s:>8.2f}")
         pane_rows = manifests["rollup"]["totals"]["events_read"]
-        print(f"{'native hourly rollup':<22} {pane_rows:>12,} {'':>14} {native_rollup_s:>8.2f}")
-        print(f"\nrollup / 5-min aggregate: {rollup_s / aggregate_s:.1%} (target <= 5%)")
+        runs = {
+            "rollup": row("hourly rollup of the 5-min panes", pane_rows, rollup_m, native_m, ROLLUP_TARGET),
+            "aggregate": row("5-min aggregate (reference)", args.events, aggregate_m, baseline_m, None),
+        }
         print(
-            f"native rollup / 5-min aggregate: {native_rollup_s / aggregate_s:.1%} (the floor of any Spark rollup run)"
+            f"\n{'':<34} {'rows read':>11} {'job s':>7} {'jobs':>5} {'stages':>6}"
+            f" {'floor s':>8} {'jobs':>5} {'stages':>6} {'ratio':>6} {'target':>7}"
         )
-        print(f"rollup / native rollup: {rollup_s / native_rollup_s:.2f}x")
+        for r in runs.values():
+            job, floor, target = r["job"], r["floor"], r["target"]
+            print(
+                f"{r['label']:<34} {r['rows_read']:>11,} {job['seconds']:>7.2f} {job['jobs']:>5} {job['stages']:>6}"
+                f" {floor['seconds']:>8.2f} {floor['jobs']:>5} {floor['stages']:>6} {r['ratio']:>6.2f}"
+                f" {'<= ' + format(target, 'g') if target else '':>7}"
+            )
+        of_aggregate = rollup_m.seconds / aggregate_m.seconds
+        print(f"rollup / 5-min aggregate: {of_aggregate:.1%}; native rollup / native 5-min aggregate: "
+              f"{native_m.seconds / baseline_m.seconds:.1%}")  # fmt: skip
+        for label, measured in (("hourly rollup", rollup_m), ("5-min aggregate", aggregate_m)):
+            print(f"\n{label}: the job's longest Spark jobs (last call)\n{measured.summary()}")
 
         rolled = spark.read.parquet(manifests["rollup"]["output"]).where("NOT retraction")
         hourly = rolled.agg(F.sum("revenue"), F.sum("orders"), F.count(F.lit(1))).collect()[0]  # one row: small
@@ -157,6 +174,18 @@ def main() -> None:
             f"check: sum(revenue) over {hourly[2]:,} hourly panes = {hourly[0]:,} = sum(amount) over "
             f"{source[1]:,} events (orders: {hourly[1]:,})"
         )
+        document = {
+            "mode": f"job in-process (spark_jobs.windowed.run_request) on a classic session, {args.master}",
+            "events": args.events,
+            "keys": args.keys,
+            "repeat": args.repeat,
+            "runs": runs,
+            "rollup_of_aggregate": of_aggregate,
+            "headline": "rollup",
+            "worst_ratio": runs["rollup"]["ratio"],
+        }
+        print(f"\nwrote {write_results('rollup', document, args.output)}")
+        print(f"ratio={runs['rollup']['ratio']:.2f}")
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
