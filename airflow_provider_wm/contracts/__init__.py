@@ -31,7 +31,7 @@ from airflow_provider_wm.contracts.partitions import (
     WorkUnitRequest,
 )
 from airflow_provider_wm.contracts.sensors import InputWatermark, WatermarkReached, describe_reached
-from airflow_provider_wm.contracts.store import Watermark, WatermarkRecord
+from airflow_provider_wm.contracts.store import RoundWatermark, WatermarkRecord
 from airflow_provider_wm.contracts.windowed import (
     PaneCounts,
     WindowedInput,
@@ -56,8 +56,8 @@ __all__ = [
     "PartitionsManifest",
     "PartitionsRequest",
     "PartitionsTotals",
+    "RoundWatermark",
     "StreamEntry",
-    "Watermark",
     "WatermarkReached",
     "WatermarkRecord",
     "WindowedInput",

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from airflow_provider_wm.contracts.codec import Contract
 from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest
-from airflow_provider_wm.contracts.store import Watermark
+from airflow_provider_wm.contracts.store import RoundWatermark
 
 __all__ = ["ControllerManifest", "ControllerRequest", "ControllerTotals", "StreamEntry"]
 
@@ -48,8 +48,8 @@ class StreamEntry(Contract):
     quarantined: dict[str, int] = field(default_factory=dict)
     waiting_for: list[str] = field(default_factory=list)
     waiting_count: int = 0
-    watermark: Watermark | None = None
-    previous_watermark: Watermark | None = None
+    watermark: RoundWatermark | None = None
+    previous_watermark: RoundWatermark | None = None
     cut_complete: bool = True
     pending_sequences: int = 0
 

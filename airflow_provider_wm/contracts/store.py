@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 
 from airflow_provider_wm.contracts.codec import Contract
 
-__all__ = ["Watermark", "WatermarkRecord"]
+__all__ = ["RoundWatermark", "WatermarkRecord"]
 
 
 @dataclass(frozen=True)
-class Watermark(Contract):
+class RoundWatermark(Contract):
     """A stream's watermark as a controller round computed it: every event of ``(stream, wm_key)`` with a time
     below ``lower_ms`` has been written; ``stream_cut`` maps segment id (a JSON string) -> offset.
 
-    >>> Watermark("orders", None, 1_000, 1_500, {"0": 42}, 2_000).to_json()["stream_cut"]
+    >>> RoundWatermark("orders", None, 1_000, 1_500, {"0": 42}, 2_000).to_json()["stream_cut"]
     {'0': 42}
     """
 
@@ -45,7 +45,7 @@ class WatermarkRecord(Contract):
     published_at_ms: int | None = None
 
     @classmethod
-    def of(cls, watermark: Watermark, *, run_id: str, controller: str) -> WatermarkRecord:
+    def of(cls, watermark: RoundWatermark, *, run_id: str, controller: str) -> WatermarkRecord:
         """The record a controller publishes for a watermark of its round."""
         return cls(
             stream=watermark.stream,

@@ -52,9 +52,9 @@ from airflow_provider_wm.core.segments import Segment, missing_ranges, segment_m
 
 __all__ = [
     "END_OF_SEGMENT",
+    "LoggedWatermark",
     "Relation",
     "TimeWindow",
-    "Watermark",
     "compare",
     "time_window",
     "validate_cut",
@@ -72,7 +72,7 @@ class TimeWindow(NamedTuple):
     upper_ms: int | None
 
 
-class Watermark(NamedTuple):
+class LoggedWatermark(NamedTuple):
     """One entry of a stream's watermark log: its stream cut and its time bounds (epoch ms)."""
 
     cut: Mapping[int, int]
@@ -185,7 +185,7 @@ def _validate_position(position: Mapping[int, int], segments: Mapping[int, Segme
 
 def time_window(
     position: Mapping[int, int],
-    watermarks: Sequence[Watermark | tuple[Mapping[int, int], int, int]],
+    watermarks: Sequence[LoggedWatermark | tuple[Mapping[int, int], int, int]],
     segments: Mapping[int, Segment],
 ) -> TimeWindow:
     """The reader's :class:`TimeWindow` at ``position`` given the stream's watermark log (oldest first).

@@ -41,7 +41,7 @@ from typing import Any
 import fsspec
 
 from airflow_provider_wm.core.names import Input, is_valid_stream_name, watermark_label
-from airflow_provider_wm.core.reader import TimeWindow, Watermark, time_window
+from airflow_provider_wm.core.reader import LoggedWatermark, TimeWindow, time_window
 from airflow_provider_wm.core.segments import Segment
 from airflow_provider_wm.hooks.store_errors import (
     DamagedRecordError,
@@ -374,7 +374,7 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
                 cut_of_position[int(key)] = offset
             except (TypeError, ValueError):
                 raise ValueError(f"position has segment id {key!r}, which is not an integer") from None
-        watermarks: list[Watermark] = []
+        watermarks: list[LoggedWatermark] = []
         for record in self.read_history(stream, limit):
             cut = record.get("stream_cut")
             if cut is None:
@@ -389,7 +389,7 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
                     f"watermark log of stream {stream!r}: the record computed_at_ms={record.get('computed_at_ms')!r} "
                     f"is not a watermark (lower_ms={lower!r}, upper_ms={upper!r}, stream_cut={cut!r})"
                 ) from None
-            watermarks.append(Watermark(parsed, lower, upper))
+            watermarks.append(LoggedWatermark(parsed, lower, upper))
         return time_window(cut_of_position, watermarks, segments)
 
     # ------------------------------------------------------------------------------------------ writes

@@ -17,8 +17,8 @@ from airflow_provider_wm.contracts import (
     JobFailure,
     PartitionsManifest,
     PartitionsRequest,
+    RoundWatermark,
     StreamEntry,
-    Watermark,
     WatermarkReached,
     WindowedInput,
     WindowedManifest,
@@ -40,7 +40,7 @@ EXAMPLES = [
     ControllerManifest(
         controller="c", processed_from_ms=None, processed_until_ms=10, processed_marks=4, state_path="/o",
         quarantine_path=None, totals=ControllerTotals(rejected={"INVALID_TIME": 1}),
-        streams={"s:eu": StreamEntry("s", "eu", "EMITTED", watermark=Watermark("s", "eu", 1, 2, {"0": 3}, 10))},
+        streams={"s:eu": StreamEntry("s", "eu", "EMITTED", watermark=RoundWatermark("s", "eu", 1, 2, {"0": 3}, 10))},
     ),
     WindowedRequest(
         pipeline="p", run_id="r", version=2, spec={"window": {"kind": "tumbling"}}, output="/o", late_output="/l",

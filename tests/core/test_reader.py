@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_wm.core.reader import Relation, TimeWindow, Watermark, compare, time_window
+from airflow_provider_wm.core.reader import LoggedWatermark, Relation, TimeWindow, compare, time_window
 from airflow_provider_wm.core.segments import Segment, cut_position_at, segment_map
 
 E1 = 1 << 32
@@ -17,9 +17,9 @@ E2 = 2 << 32
 # Two segments of one epoch (the issue's example).
 TWO = segment_map([Segment(0, 0.0, 0.5), Segment(1, 0.5, 1.0)])
 LOG = [
-    Watermark({0: 0, 1: 0}, 10, 19),
-    Watermark({0: 2, 1: 0}, 20, 29),
-    Watermark({0: 2, 1: 2}, 30, 39),
+    LoggedWatermark({0: 0, 1: 0}, 10, 19),
+    LoggedWatermark({0: 2, 1: 0}, 20, 29),
+    LoggedWatermark({0: 2, 1: 2}, 30, 39),
 ]
 
 # Segment 1 splits into two successors of epoch 1.
@@ -83,9 +83,9 @@ def test_compare_across_a_split(position, cut, relation):
 
 def test_a_split_in_the_log():
     log = [
-        Watermark({0: 5, 1: 100}, 10, 15),
-        Watermark({0: 8, E1 | 2: 0, E1 | 3: 0}, 20, 25),
-        Watermark({0: 9, E1 | 2: 4, E1 | 3: 4}, 30, 35),
+        LoggedWatermark({0: 5, 1: 100}, 10, 15),
+        LoggedWatermark({0: 8, E1 | 2: 0, E1 | 3: 0}, 20, 25),
+        LoggedWatermark({0: 9, E1 | 2: 4, E1 | 3: 4}, 30, 35),
     ]
     assert time_window({0: 6, 1: 120}, log, SPLIT) == (10, 25)  # on the predecessor: behind both later cuts
     assert time_window({0: 8, 1: -1}, log, SPLIT) == (10, 25)  # end of the predecessor is not the successors
@@ -115,17 +115,25 @@ def test_before_the_first_watermark_and_after_the_last():
 
 
 def test_only_mixed_watermarks_after_the_lower_one_give_no_upper():
-    log = [Watermark({0: 0, 1: 0}, 10, 19), Watermark({0: 5, 1: 1}, 20, 29), Watermark({0: 6, 1: 2}, 30, 39)]
+    log = [
+        LoggedWatermark({0: 0, 1: 0}, 10, 19),
+        LoggedWatermark({0: 5, 1: 1}, 20, 29),
+        LoggedWatermark({0: 6, 1: 2}, 30, 39),
+    ]
     assert time_window({0: 1, 1: 4}, log, TWO) == (10, None)
 
 
 def test_the_first_entirely_behind_watermark_after_mixed_ones_gives_the_upper():
-    log = [Watermark({0: 0, 1: 0}, 10, 19), Watermark({0: 5, 1: 1}, 20, 29), Watermark({0: 6, 1: 6}, 30, 39)]
+    log = [
+        LoggedWatermark({0: 0, 1: 0}, 10, 19),
+        LoggedWatermark({0: 5, 1: 1}, 20, 29),
+        LoggedWatermark({0: 6, 1: 6}, 30, 39),
+    ]
     assert time_window({0: 1, 1: 4}, log, TWO) == (10, 39)
 
 
 def test_older_watermarks_are_not_read_once_the_lower_one_is_found():
-    log = [("not a watermark",), Watermark({0: 0, 1: 0}, 10, 19)]
+    log = [("not a watermark",), LoggedWatermark({0: 0, 1: 0}, 10, 19)]
     assert time_window({0: 1, 1: 1}, log, TWO) == (10, None)
 
 
@@ -150,8 +158,8 @@ def test_a_bad_position_is_named(position, message):
 @pytest.mark.parametrize(
     ("log", "message"),
     [
-        ([Watermark({0: 0, 9: 0}, 10, 19)], r"watermarks\[0\].cut has unknown segment 9"),
-        ([*LOG, Watermark({0: -3, 1: 0}, 40, 49)], r"watermarks\[3\].cut\[0\]=-3"),
+        ([LoggedWatermark({0: 0, 9: 0}, 10, 19)], r"watermarks\[0\].cut has unknown segment 9"),
+        ([*LOG, LoggedWatermark({0: -3, 1: 0}, 40, 49)], r"watermarks\[3\].cut\[0\]=-3"),
         ([({0: 0, 1: 0}, 10)], r"watermarks\[0\]=.* must be \(cut, lower_ms, upper_ms\)"),
         ([([0, 1], 10, 19)], r"watermarks\[0\].cut=\[0, 1\] must be a mapping"),
         ([({0: 0, 1: 0}, 10, "19")], r"watermarks\[0\].upper_ms='19' must be an int"),
@@ -216,11 +224,11 @@ def advance(cut: dict[int, int], draw) -> dict[int, int]:
 @st.composite
 def logs(draw):
     """A well-formed log: cuts never go backwards, lower times strictly increase, upper >= lower."""
-    result: list[Watermark] = []
+    result: list[LoggedWatermark] = []
     cut = draw(cuts())
     lower = draw(st.integers(0, 100))
     for _ in range(draw(st.integers(0, 6))):
-        result.append(Watermark(cut, lower, lower + draw(st.integers(0, 30))))
+        result.append(LoggedWatermark(cut, lower, lower + draw(st.integers(0, 30))))
         cut = advance(cut, draw)
         lower += draw(st.integers(1, 20))
     return result
