@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,20 @@ def run_outcome(run: Any) -> dict[str, Any]:
         "state": str(run.state),
         "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()},
     }
+
+
+def progress_line(run: Any, seconds: float) -> str:
+    """One line per finished DAG run, printed as it happens: its interval, DAG, outcome (the tasks that did not
+    succeed, by name) and wall time.
+
+    ``  01:00-02:00  example_stream_watermark       success  (3 tasks)                 4.1 s``
+    """
+    tasks = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    odd = [f"{task} {state}" for task, state in sorted(tasks.items()) if state != "success"]
+    detail = f"({', '.join(odd)})" if odd else f"({len(tasks)} tasks)"
+    start, end = run.data_interval_start, run.data_interval_end
+    interval = f"{start:%m-%d %H:%M}-{end:%H:%M}" if end - start < timedelta(days=1) else f"{start:%Y-%m-%d}"
+    return f"  {interval}  {run.dag_id:<32} {run.state!s:<8} {detail:<44} {seconds:5.1f} s"
 
 
 def xcom_value(run: Any, task_id: str) -> Any:
@@ -50,7 +65,7 @@ def render(store: Path, outcomes: list[dict[str, Any]]) -> str:
         if totals["quarantined"] or totals["rejected"] or totals["deferred_marks"]:
             lines.append(
                 f"  marks quarantined {totals['quarantined'] or '{}'}, rejected {totals['rejected'] or '{}'}, "
-                f"deferred {totals['deferred_marks']}"
+                f"deferred {totals['deferred_marks']} (reported after this round's time: a later round takes them)"
             )
         for stream, entry in manifest["streams"].items():
             wm = entry["watermark"]
