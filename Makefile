@@ -29,7 +29,7 @@ browser:
 		|| { echo "make test needs Debian's chromium: apt-get install chromium (as root)"; exit 1; }
 
 test: setup browser
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -n 2 --maxschedchunk 1
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -n 3 --maxschedchunk 1
 
 lint: setup
 	$(BIN)/ruff check .

@@ -140,7 +140,7 @@ def spark(spark_connect_url: str) -> Iterator[object]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow tests first, the integration tests (the longest) before the other slow ones, the order otherwise
-    kept. ``make test`` runs two pytest-xdist workers that take tests one at a time (``--maxschedchunk 1``):
-    the long end-to-end runs then start early on both workers and the quick tests fill in around them, instead
+    kept. ``make test`` runs three pytest-xdist workers that take tests one at a time (``--maxschedchunk 1``):
+    the long end-to-end runs then start early on every worker and the quick tests fill in around them, instead
     of one worker ending the suite with a long test alone."""
     items.sort(key=lambda item: (item.get_closest_marker("slow") is None, "integration" not in item.path.parts))
