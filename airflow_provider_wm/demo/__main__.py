@@ -57,12 +57,12 @@ def main() -> int:
         return _run_demo()
 
 
-def _test(dag: Any, logical_date: datetime) -> Any:
+def run_interval(dag: Any, logical_date: datetime) -> Any:
     """``dag.test()`` for one interval, with its progress line printed as soon as the run ends."""
     from airflow_provider_wm.demo import report
 
     started = time.monotonic()
-    run = _test(dag, logical_date)
+    run = dag.test(logical_date=logical_date)
     print(report.progress_line(run, time.monotonic() - started), flush=True)
     return run
 
@@ -108,15 +108,15 @@ def _run_demo() -> int:
         # With CronDataIntervalTimetable a run's logical date is the end of its data interval.
         logical_date = data.START + timedelta(hours=hour + 1)
         print(f"Running the DAGs for data interval {logical_date - timedelta(hours=1):%H:%M}-{logical_date:%H:%M} UTC")
-        run = _test(dag, logical_date)
+        run = run_interval(dag, logical_date)
         outcome = report.run_outcome(run)
-        join_run = _test(join_dag, logical_date)
+        join_run = run_interval(join_dag, logical_date)
         outcome["join"] = {
             **report.run_outcome(join_run),
             "progress": report.xcom_value(join_run, "orders_and_refunds_complete"),
         }
         outcomes.append(outcome)
-        windows_run = _test(windows_dag, logical_date)  # after the controller published the hour
+        windows_run = run_interval(windows_dag, logical_date)  # after the controller published the hour
         window_outcomes.append(
             {
                 **report.run_outcome(windows_run),
@@ -124,8 +124,8 @@ def _run_demo() -> int:
                 "summary": report.xcom_value(windows_run, "orders_15m"),
             }
         )
-        chain_run = _test(downstream["example_pipeline_chain"], logical_date)
-        merge_run = _test(downstream["example_orders_deliveries"], logical_date)
+        chain_run = run_interval(downstream["example_pipeline_chain"], logical_date)
+        merge_run = run_interval(downstream["example_orders_deliveries"], logical_date)
         chain_outcomes.append(
             {
                 **report.run_outcome(chain_run),
@@ -170,7 +170,7 @@ def _run_partitions_demo() -> list[dict[str, object]]:
             marker.write_text(f"{(now - timedelta(days=1)):%Y%m%dT%H%M%SZ} us")
             print("  (planned: the 'us' unit of this day fails once; the error below is expected, a retry follows)")
         print(f"Running the DAG for {now - timedelta(days=1):%Y-%m-%d} (arrived before the run: {arrived})")
-        outcomes.append(report.run_outcome(_test(dag, now)))
+        outcomes.append(report.run_outcome(run_interval(dag, now)))
     print(report.render_partitions(base / "store", "orders_daily", outcomes))
     return outcomes
 
