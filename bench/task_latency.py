@@ -146,7 +146,7 @@ def write_marks(data: Path) -> tuple[str, str]:
             rows["position"].append([(first, step * 10), ((first + 1) % SEGMENTS, step * 10 + 5)])
             rows["kind"].append("note")
             rows["reported_at_ms"].append(time_ms + 500)
-    from airflow_provider_wm.demo.data import MARKS_SCHEMA
+    from airflow_provider_wm.marks import MARKS_SCHEMA
 
     schema = pa.schema([MARKS_SCHEMA.field(name) for name in rows])  # the contract's types, its required columns
     marks = data / "marks"
