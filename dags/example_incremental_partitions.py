@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, task
 
+from airflow_provider_wm.demo.schedule import demo_schedule
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.sensors.partition_watermark import PartitionWatermarkSensor
 
@@ -26,21 +27,11 @@ STORE = f"{BASE}/store"
 TARGET = f"{BASE}/orders_daily"
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
-# WM_EXAMPLE_CATCHUP_INTERVALS=n: a scheduler catches up on the n days that end with the demo data's last one,
-# up to n at once (the replay in tests/integration/test_concurrent_pipelines.py).
-CATCHUP = int(os.environ.get("WM_EXAMPLE_CATCHUP_INTERVALS", "0"))
-LAST_DEMO_INTERVAL = START + timedelta(days=4)
-# The demo's last run: a scheduler never starts runs of the example past its data (the demo's dag.test() runs
-# and REST-triggered runs of earlier intervals still work).
-DEMO_END = START + timedelta(days=8)
 
 with DAG(
     dag_id="example_incremental_partitions",
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-    start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(days=1) if CATCHUP else START,
-    end_date=LAST_DEMO_INTERVAL if CATCHUP else DEMO_END,
-    catchup=CATCHUP > 0,
-    max_active_runs=max(CATCHUP, 1),
+    **demo_schedule(START, timedelta(days=1), last=START + timedelta(days=4), end=START + timedelta(days=8)),
     tags=["example", "partitions"],
     doc_md=__doc__,
 ) as dag:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
+from airflow_provider_wm.demo.schedule import demo_schedule
 from airflow_provider_wm.operators.windowed_aggregate import WindowedAggregateOperator, tumbling
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 
@@ -27,17 +28,11 @@ BASE = os.environ.get("WM_EXAMPLE_BASE", "/tmp/airflow-provider-wm-example")
 STORE = f"{BASE}/store"
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
-CATCHUP = int(os.environ.get("WM_EXAMPLE_CATCHUP_INTERVALS", "0"))
-LAST_DEMO_INTERVAL = START + timedelta(hours=3)
-DEMO_END = START + timedelta(hours=4)
 
 with DAG(
     dag_id="example_orders_deliveries",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-    start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(hours=1) if CATCHUP else START,
-    end_date=LAST_DEMO_INTERVAL if CATCHUP else DEMO_END,
-    catchup=CATCHUP > 0,
-    max_active_runs=max(CATCHUP, 1),
+    **demo_schedule(START, timedelta(hours=1), last=START + timedelta(hours=3), end=START + timedelta(hours=4)),
     tags=["example", "watermark", "windows"],
     doc_md=__doc__,
 ) as dag:

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
+from airflow_provider_wm.demo.schedule import demo_schedule
 from airflow_provider_wm.operators.windowed_aggregate import WindowedAggregateOperator, tumbling
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 
@@ -33,9 +34,6 @@ SPARK_CONN_ID = os.environ.get("WM_SPARK_CONN_ID") or None
 SENSOR_TIMEOUT = int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600"))
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
-CATCHUP = int(os.environ.get("WM_EXAMPLE_CATCHUP_INTERVALS", "0"))
-LAST_DEMO_INTERVAL = START + timedelta(hours=3)
-DEMO_END = START + timedelta(hours=4)
 
 
 # --8<-- [start:wait]
@@ -59,10 +57,7 @@ def wait_for(stream: str) -> StreamWatermarkSensor:
 with DAG(
     dag_id="example_pipeline_chain",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-    start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(hours=1) if CATCHUP else START,
-    end_date=LAST_DEMO_INTERVAL if CATCHUP else DEMO_END,
-    catchup=CATCHUP > 0,
-    max_active_runs=max(CATCHUP, 1),
+    **demo_schedule(START, timedelta(hours=1), last=START + timedelta(hours=3), end=START + timedelta(hours=4)),
     tags=["example", "watermark", "windows"],
     doc_md=__doc__,
 ) as dag:

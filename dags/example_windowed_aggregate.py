@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Asset, CronDataIntervalTimetable
 
+from airflow_provider_wm.demo.schedule import demo_schedule
 from airflow_provider_wm.operators.windowed_aggregate import WindowedAggregateOperator, tumbling
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 
@@ -44,21 +45,11 @@ STORE = f"{BASE}/store"
 OUTPUT = f"{BASE}/orders_15m"
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
-# WM_EXAMPLE_CATCHUP_INTERVALS=n: a scheduler catches up on the n hours that end with the demo data's last one,
-# up to n at once (the replay in tests/integration/test_concurrent_pipelines.py).
-CATCHUP = int(os.environ.get("WM_EXAMPLE_CATCHUP_INTERVALS", "0"))
-LAST_DEMO_INTERVAL = START + timedelta(hours=3)
-# The demo's last run: a scheduler never starts runs of the example past its data (the demo's dag.test() runs
-# and REST-triggered runs of earlier intervals still work).
-DEMO_END = START + timedelta(hours=4)
 
 with DAG(
     dag_id="example_windowed_aggregate",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-    start_date=LAST_DEMO_INTERVAL - (CATCHUP - 1) * timedelta(hours=1) if CATCHUP else START,
-    end_date=LAST_DEMO_INTERVAL if CATCHUP else DEMO_END,
-    catchup=CATCHUP > 0,
-    max_active_runs=max(CATCHUP, 1),
+    **demo_schedule(START, timedelta(hours=1), last=START + timedelta(hours=3), end=START + timedelta(hours=4)),
     tags=["example", "watermark", "windows"],
     doc_md=__doc__,
 ) as dag:
