@@ -82,8 +82,8 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, 
     (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
     is left out and counted.
     """
-    # small: a stream has few segments; duplicates are dropped here, not by a shuffle
-    rows = list(dict.fromkeys(read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA).collect()))
+    segments = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA)
+    rows = list(dict.fromkeys(segments.collect()))  # one row per segment: small; duplicates dropped here, no shuffle
     by_stream: dict[str, dict[int, Segment]] = {}
     invalid = 0
     conflicting: set[tuple[str, int]] = set()
