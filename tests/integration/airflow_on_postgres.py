@@ -190,9 +190,14 @@ def print_logs(setup: AirflowOnPostgres, names: list[str]) -> None:
     print(f"\n===== Airflow on PostgreSQL failed; AIRFLOW_HOME={setup.home} =====")
     for name in names:
         print(f"\n----- airflow {name} (last {LOG_TAIL} lines) -----\n{tail(setup.logs / f'{name}.log')}")
-    for task_log in sorted((setup.home / "logs").glob("dag_id=*/**/*.log")):
-        print(f"\n----- task log {task_log.relative_to(setup.home)} -----\n{tail(task_log, 80)}")
+    print_task_logs(setup)
     print(f"\n----- PostgreSQL server log -----\n{tail(setup.server.log_file, 80)}")
+
+
+def print_task_logs(setup: AirflowOnPostgres, dag_id: str = "*", run_id: str = "*") -> None:
+    """Print the end of each task log (every attempt) of the given DAG and run; all of them by default."""
+    for task_log in sorted((setup.home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log")):
+        print(f"\n----- task log {task_log.relative_to(setup.home)} -----\n{tail(task_log, 80)}")
 
 
 def wait_for(

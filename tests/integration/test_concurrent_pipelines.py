@@ -38,7 +38,7 @@ import pytest
 from airflow_provider_wm.demo import data, order_events, orders_data
 from airflow_provider_wm.demo.standalone import DEMO_DAYS, write_example_data
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from tests.integration.airflow_on_postgres import AirflowOnPostgres, airflow_components, wait_for
+from tests.integration.airflow_on_postgres import AirflowOnPostgres, airflow_components, print_task_logs, wait_for
 from tests.integration.test_postgres_scheduler import max_overlap
 
 pytestmark = pytest.mark.slow
@@ -289,6 +289,9 @@ def test_overlapping_runs_of_the_example_pipelines_lose_nothing_and_a_kill_at_co
         print(f"\nConcurrent pipelines on PostgreSQL, timings (s): {json.dumps(rounded)}")
 
     states = Counter((r.dag_id, r.state) for r in observed.runs)
+    for run in observed.runs:
+        if run.state != "success":
+            print_task_logs(setup, run.dag_id, run.run_id)
     assert states == {**{(d, "success"): INTERVALS + 1 for d in EXAMPLES}, (KILL_DAG, "success"): 1}, observed.runs
     report = {}
     for dag_id, task_id in STATEFUL_TASKS.items():
