@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_provider_wm.demo
 
-# A real Airflow (airflow standalone, SQLite, LocalExecutor) with the example DAGs and the Watermarks page on
+# A real Airflow (its four components, SQLite, LocalExecutor) with the example DAGs and the Watermarks page on
 # 127.0.0.1:8080; it prints where to log in.
 airflow: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_provider_wm.demo.standalone

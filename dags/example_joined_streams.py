@@ -20,16 +20,16 @@ from typing import Any
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, task
 
+from airflow_provider_wm.demo.schedule import demo_schedule
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 
 BASE = os.environ.get("WM_EXAMPLE_BASE", "/tmp/airflow-provider-wm-example")
+START = datetime(2026, 1, 5, tzinfo=UTC)
 
 with DAG(
     dag_id="example_joined_streams",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 5, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
+    **demo_schedule(START, timedelta(hours=1), last=START + timedelta(hours=3), end=START + timedelta(hours=4)),
     tags=["example", "watermark"],
     doc_md=__doc__,
 ) as dag:

@@ -1,12 +1,14 @@
 """``python -m airflow_provider_wm.demo.standalone`` (``make airflow``): a real Airflow with our example DAGs and
 the Watermarks page, on loopback, and the embedded Spark Connect server its tasks connect to.
 
-Runs ``airflow standalone`` (scheduler, dag-processor, triggerer, api-server; SQLite; LocalExecutor) in
-``$WM_AIRFLOW_DIR`` (default ``./.airflow``) on ``127.0.0.1:$WM_AIRFLOW_PORT`` (default 8080), with the example
-data in ``$WM_AIRFLOW_DIR/data`` (the store the page shows is its ``store/``). The scheduler replays the demo's
-last ``$WM_EXAMPLE_CATCHUP_INTERVALS`` intervals (default 5; 0 replays nothing: trigger runs yourself). Log in as
-``admin`` with the password printed at start (kept in ``$WM_AIRFLOW_DIR/passwords.json``). Ctrl-C or SIGTERM
-stops Airflow's process group and the Spark Connect server.
+Runs Airflow's four components (SQLite, LocalExecutor) in ``$WM_AIRFLOW_DIR`` (default ``./.airflow``) on
+``127.0.0.1:$WM_AIRFLOW_PORT`` (default 8080), with the example data in ``$WM_AIRFLOW_DIR/data`` (the store the
+page shows is its ``store/``). Unlike ``airflow standalone``, which starts them all at once, the api-server starts
+first and the scheduler only once it answers: a task started earlier cannot reach the execution API and fails
+with an empty log. The scheduler replays the demo's last ``$WM_EXAMPLE_CATCHUP_INTERVALS`` intervals (default 5;
+0 replays nothing: trigger runs yourself). Log in as ``admin`` with the password printed at start (kept in
+``$WM_AIRFLOW_DIR/passwords.json``). Each component logs to ``$WM_AIRFLOW_DIR/components/<name>.log``. Ctrl-C or
+SIGTERM stops every component (and the processes they started) and the Spark Connect server.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
@@ -50,6 +55,14 @@ def standalone_environment(home: Path, port: int, replay: int, paused: bool) -> 
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            # the scheduler's and the triggerer's log servers: free ports, so two of these can run at once
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__WM__STORE_PATH": str(base / "store"),
             "WM_EXAMPLE_BASE": str(base),
             "WM_EXAMPLE_CATCHUP_INTERVALS": str(replay),
@@ -71,6 +84,16 @@ def admin_password(home: Path) -> str:
     return password
 
 
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")  # the api-server first: see the docstring
+READY_TIMEOUT_S = 180.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def main() -> int:
     home = Path(os.environ.get("WM_AIRFLOW_DIR", ".airflow")).resolve()
     port = int(os.environ.get("WM_AIRFLOW_PORT", "8080"))
@@ -81,32 +104,76 @@ def main() -> int:
     password = admin_password(home)
     env = standalone_environment(home, port, replay, paused=replay == 0)
     print(
-        f"Airflow (standalone) in {home}\n"
+        f"Airflow in {home} (component logs in {home / 'components'})\n"
         f"  log in at   http://127.0.0.1:{port}/  as admin / {password}\n"
         f"  Watermarks  http://127.0.0.1:{port}/plugin/watermarks  (the page alone: /wm/)\n"
         f"  replaying the demo's last {replay} intervals; Ctrl-C stops everything",
         flush=True,
     )
-    return run_until_stopped(["airflow", "standalone"], env)
+    return run_until_stopped(home, port, env)
 
 
-def run_until_stopped(command: list[str], env: dict[str, str]) -> int:
-    """Run ``command`` in a process group of its own beside the embedded Spark Connect server; Ctrl-C or
-    SIGTERM stops the whole group (scheduler, triggerer, api-server...) and then the server."""
+def run_until_stopped(home: Path, port: int, env: dict[str, str]) -> int:
+    """Beside the embedded Spark Connect server: migrate the DB, start the api-server, and the other components
+    once it answers, all in one process group of their own; Ctrl-C or SIGTERM stops the whole group (and the
+    server, when this process started it). Returns when stopped, or with 1 when a component exits by itself."""
     from airflow_provider_wm.spark_connect_server import embedded_server, terminate_group
 
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    logs = home / "components"
+    logs.mkdir(exist_ok=True)
+    subprocess.run(["airflow", "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
     with embedded_server():
-        child = subprocess.Popen(command, env=env, start_new_session=True)
+        processes: dict[str, subprocess.Popen[bytes]] = {}
+        group: int | None = None
         try:
-            return child.wait()
+            for name in COMPONENTS:
+                with open(logs / f"{name}.log", "ab") as log:
+                    processes[name] = subprocess.Popen(
+                        ["airflow", name],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        process_group=group or 0,  # the first one leads a new group; the others join it
+                    )
+                group = group or processes[name].pid
+                if name == "api-server":
+                    wait_until_healthy(port, processes[name], logs / f"{name}.log")
+            print("Airflow is up: the scheduler starts the replay now", flush=True)
+            while all(process.poll() is None for process in processes.values()):
+                time.sleep(1)
+            exited = [f"{name} (exit {p.returncode})" for name, p in processes.items() if p.poll() is not None]
+            print(f"{', '.join(exited)} stopped by itself; stopping the rest (see {logs})", flush=True)
+            return 1
         except KeyboardInterrupt:
-            terminate_group(child.pid, timeout=30)
-            child.wait()
             return 0
+        finally:
+            if group is not None:
+                terminate_group(group, timeout=30)
+            for process in processes.values():
+                process.wait()
+
+
+def wait_until_healthy(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Return once the api-server answers its health check."""
+    url = f"http://127.0.0.1:{port}/api/v2/monitor/health"
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the api-server exited with {process.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the api-server did not answer {url} in {READY_TIMEOUT_S:.0f} s; see {log}")
+        time.sleep(0.5)
 
 
 if __name__ == "__main__":

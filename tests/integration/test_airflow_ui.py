@@ -14,142 +14,32 @@ login page, the tables and the chart show what the runs produced. The screenshot
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_wm.demo import data, orders_data
-from airflow_provider_wm.demo.standalone import admin_password
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from tests.integration.postgres import free_port
+from tests.integration.standalone import Api, running_standalone, wait_until
 
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("WM_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / ".artifacts"))
-RUN_TIMEOUT = 600
-
-
-class Api:
-    """The REST API of the running Airflow, as the admin user."""
-
-    def __init__(self, url: str, password: str) -> None:
-        self.url, self.password = url, password
-        login = {"username": "admin", "password": password}
-        self.token = str(self.request("POST", "/auth/token", login, token=None)["access_token"])
-
-    def request(self, method: str, path: str, body: Any = None, token: str | None = "own") -> Any:
-        content = self._send(method, path, body, self.token if token == "own" else token)
-        return json.loads(content) if content else None
-
-    def status(self, path: str, token: str | None = None) -> int:
-        try:
-            self._send("GET", path, None, token)
-            return 200
-        except urllib.error.HTTPError as error:
-            return error.code
-
-    def _send(self, method: str, path: str, body: Any, bearer: str | None) -> bytes:
-        headers = {"Content-Type": "application/json"}
-        if bearer:
-            headers["Authorization"] = f"Bearer {bearer}"
-        payload = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=payload, headers=headers, method=method)
-        with urllib.request.urlopen(req, timeout=30) as response:
-            return bytes(response.read())
-
-    def trigger(self, dag_id: str, run_id: str, start: datetime, end: datetime) -> None:
-        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-        body = {
-            "dag_run_id": run_id,
-            "logical_date": end.isoformat(),
-            "data_interval_start": start.isoformat(),
-            "data_interval_end": end.isoformat(),
-        }
-        self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
-
-    def run_state(self, dag_id: str, run_id: str) -> str:
-        return str(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
-
-    def wait_for_success(self, dag_id: str, run_id: str, process: subprocess.Popen) -> None:
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while (state := self.run_state(dag_id, run_id)) not in ("success", "failed"):
-            assert process.poll() is None, "airflow standalone exited"
-            assert time.monotonic() < deadline, f"{dag_id} {run_id} still {state} after {RUN_TIMEOUT} s"
-            time.sleep(2)
-        assert state == "success", f"{dag_id} {run_id} ended {state}"
-
-
-def wait_until(predicate: Any, what: str, seconds: float, process: subprocess.Popen) -> Any:
-    deadline = time.monotonic() + seconds
-    while not (value := predicate()):
-        assert process.poll() is None, f"airflow standalone exited while waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
-    return value
 
 
 @pytest.fixture(scope="module")
 def airflow_standalone(tmp_path_factory, spark_connect_url):
     # The run's shared Spark Connect server answers before standalone starts: standalone then uses it and
     # leaves it running, instead of starting one on the shared port that it would stop when it ends.
-    home = tmp_path_factory.mktemp("standalone")
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
-    env.update(
-        {
-            "WM_AIRFLOW_DIR": str(home),
-            "WM_AIRFLOW_PORT": str(port),
-            "WM_EXAMPLE_CATCHUP_INTERVALS": "0",
-            "WM_EXAMPLE_SENSOR_TIMEOUT": "600",
-        }
-    )
-    log = (home / "standalone.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "airflow_provider_wm.demo.standalone"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(healthy, "the api-server", 180, process)
-        api = Api(url, admin_password(home))
-        wait_until(
-            lambda: api.request("GET", "/api/v2/dags?dag_id_pattern=example")["total_entries"] >= 5,
-            "the example DAGs to be parsed",
-            180,
-            process,
-        )
-        yield api, home, process
-    finally:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-        log.close()
-        if sys.exc_info()[0] is not None:
-            print((home / "standalone.log").read_text()[-20000:])
+    env = {"WM_EXAMPLE_CATCHUP_INTERVALS": "0", "WM_EXAMPLE_SENSOR_TIMEOUT": "600"}
+    with running_standalone(tmp_path_factory.mktemp("standalone"), env) as airflow:
+        yield airflow.api, airflow.home, airflow.process
 
 
 def test_example_dags_run_through_the_rest_api_and_the_watermarks_page_shows_them(airflow_standalone):
