@@ -198,7 +198,13 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
 
     async def read_cursor(self) -> int | None:
         """The last boundary fired, from the asset state store (``None``: never fired)."""
-        stored = await self._state_store().aget(self.cursor_key)
+        try:
+            stored = await self._state_store().aget(self.cursor_key)
+        except ValueError as several:  # one trigger (equal kwargs) shared by the watchers of several assets
+            raise RuntimeError(
+                f"{self!r} watches several assets ({self._state_store()!r}) and keeps one cursor: give each asset "
+                "a trigger of its own (the triggerer shares one among watchers whose triggers are equal)"
+            ) from several
         return None if not isinstance(stored, dict) else int(stored["boundary_ms"])
 
     async def write_cursor(self, boundary_ms: int, watermark_ms: int | None) -> None:

@@ -222,6 +222,19 @@ def test_outside_an_asset_watcher_it_says_where_it_must_run(tmp_path: Path) -> N
         asyncio.run(scenario())
 
 
+def test_a_trigger_shared_by_the_watchers_of_two_assets_says_it_keeps_one_cursor(tmp_path: Path) -> None:
+    from airflow.sdk import Asset
+    from airflow.sdk.execution_time.context import AssetStateStoreAccessors
+
+    trigger = WatermarkAdvanceTrigger(store_path=str(tmp_path), stream="orders")
+    trigger.asset_state_store = AssetStateStoreAccessors(
+        inlets=[Asset(name="a", uri="file:///a"), Asset(name="b", uri="file:///b")]
+    )
+
+    with pytest.raises(RuntimeError, match=r"watches several assets .*name='a', name='b'.*a trigger of its own"):
+        asyncio.run(trigger.read_cursor())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
