@@ -1,8 +1,9 @@
 """The watcher example under a real scheduler and triggerer: the DAG runs once per hour the ``orders`` watermark
 passes, and a triggerer restart between two advances neither loses nor repeats an hour.
 
-Airflow runs on the throw-away PostgreSQL server of tests/integration/airflow_on_postgres.py: its api-server,
-dag-processor and scheduler stay up, the triggerer is started, stopped and started again. The test advances
+Airflow runs on a SQLite metadata DB (tests/integration/airflow_on_sqlite.py, the scaffolding of
+airflow_on_postgres.py on a SQLite file): its api-server, dag-processor and scheduler stay up, the triggerer is
+started, stopped and started again. The test advances
 the watermark the way the controller does, by publishing to the watermark store; the trigger's cursor is
 read back from Airflow's asset state store table.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +26,7 @@ from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from tests.dags.test_example_watermark_watcher import expected_orders
 from tests.hooks.test_watermark_store import record
 from tests.integration.airflow_on_postgres import AirflowOnPostgres, airflow_components, wait_for
+from tests.integration.airflow_on_sqlite import airflow_on_sqlite
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +37,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "dags" / f"{DAG_ID}.py"
 HOUR = 3_600_000
 START_MS = int(datetime(2026, 1, 5, tzinfo=UTC).timestamp() * 1000)
 WAIT = 120  # seconds for one advance to become a finished run
+
+
+@pytest.fixture
+def airflow_sqlite() -> Iterator[AirflowOnPostgres]:
+    with airflow_on_sqlite() as setup:
+        yield setup
 
 
 def as_json(value: Any) -> Any:
@@ -81,8 +90,8 @@ def reports(setup: AirflowOnPostgres) -> list[dict[str, Any]]:
     return [report for (value,) in rows for report in as_json(value)]
 
 
-def test_the_watcher_dag_runs_once_per_boundary_across_a_triggerer_restart(airflow_on_postgres, tmp_path):
-    setup = airflow_on_postgres
+def test_the_watcher_dag_runs_once_per_boundary_across_a_triggerer_restart(airflow_sqlite, tmp_path):
+    setup = airflow_sqlite
     base, dags = tmp_path / "example", tmp_path / "dags"
     dags.mkdir()
     order_events.write(base)
@@ -115,7 +124,7 @@ def test_the_watcher_dag_runs_once_per_boundary_across_a_triggerer_restart(airfl
             90,
             processes,
         )
-        assert setup.scalar("select is_paused from dag where dag_id = :d", d=DAG_ID) is False
+        assert not setup.scalar("select is_paused from dag where dag_id = :d", d=DAG_ID)
         advance(START_MS + HOUR + 60_000)  # 01:01: passes 01:00
 
         with airflow_components(setup, "triggerer", extra_env=env) as triggerer:
