@@ -76,9 +76,12 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
     past ``b``, i.e. the interval ``[b - every, b)`` is complete. Each poll reads one small record per input.
 
     Per boundary, not per poll: a watermark that jumps from 10:20 to 13:05 passes 11:00, 12:00 and 13:00 and
-    the trigger fires three events, oldest first, each with its own interval. Airflow starts a run for the
-    events queued when its scheduler next looks, so events fired together may arrive in one run: the
-    consumer handles each of its ``triggering_asset_events`` (one per boundary), as the example DAG does.
+    the trigger fires three events, oldest first, each with its own interval, ``event_spacing`` seconds
+    apart. Airflow starts one run for the events queued when its scheduler next looks, so events may still
+    share a run: the consumer handles each of its ``triggering_asset_events``, as the example DAG does. The
+    spacing is there because Airflow 3.3 leaves an asset event that arrives while its scheduler creates a run
+    for the previous one to no run until the next event comes (the run consumes the events up to the
+    previous one's queue time, then deletes the queue row the new event found already there).
 
     Event payload (the asset event's ``extra["payload"]``)::
 
@@ -113,7 +116,7 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
     """
 
     commit_delay: float = 3.0
-    """Seconds between firing events and storing the cursor past them (see Delivery)."""
+    """Seconds between firing a boundary's event and moving the cursor to it (see Delivery)."""
 
     def __init__(
         self,
@@ -164,6 +167,11 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
     @property
     def labels(self) -> list[str]:
         return [watermark_label(stream, key) for stream, key in self.inputs]
+
+    @property
+    def argument(self) -> str:
+        """The argument that names the streams, as given: ``stream='orders'``."""
+        return f"stream={self.stream!r}" if self.stream is not None else f"streams={self.streams!r}"
 
     @property
     def cursor_key(self) -> str:
@@ -238,7 +246,7 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
             try:
                 records = await asyncio.to_thread(store.read_latest_inputs, self.inputs, fail_on_unknown=True)
             except UnknownNameError as unknown:  # a watcher outlives typos and new deployments: say so, keep waiting
-                self.log.warning("streams=%s: %s; waiting", self.labels, unknown)
+                self.log.warning("%s: %s; waiting", self.argument, unknown)
                 records = None
             watermark_ms = None
             if records is not None:

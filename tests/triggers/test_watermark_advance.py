@@ -161,7 +161,9 @@ def test_several_streams_fire_on_their_coalesced_watermark_the_slowest(tmp_path:
     assert "wm_advance_cursor/orders,payments/3600000" in state.values
 
 
-def test_a_watermark_between_two_boundaries_and_an_unknown_stream_fire_nothing(tmp_path: Path) -> None:
+def test_a_watermark_between_two_boundaries_and_an_unknown_stream_fire_nothing(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     state = MemoryAssetState()
     publish(tmp_path, T0 + HOUR - 1)
 
@@ -174,6 +176,8 @@ def test_a_watermark_between_two_boundaries_and_an_unknown_stream_fire_nothing(t
     assert asyncio.run(scenario("orders")) == []
     assert asyncio.run(scenario("refunds")) == []
     assert state.values == {}
+    out = capfd.readouterr().out  # the triggerer's logger writes to its stdout
+    assert "stream='refunds': unknown stream 'refunds': the store at" in out and "has orders" in out
 
 
 def test_a_daily_grid_given_as_a_timedelta_fires_at_utc_midnight(tmp_path: Path) -> None:
