@@ -7,6 +7,7 @@ import pytest
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.triggers.watermark import WatermarkTrigger
+from airflow_provider_wm.triggers.watermark_advance import WatermarkAdvanceTrigger
 from tests.hooks.test_watermark_store import record
 
 MINUTE = 60_000
@@ -41,6 +42,18 @@ ALL_TRIGGERS = [
         unknown_stream_argument="streams=['orders:eu']",
         last_seen_inputs={"orders:eu": {"lower_ms": None, "last_advanced_ms": None, "idle": False}},
     ),
+    WatermarkAdvanceTrigger(store_path="/tmp/x", stream="orders"),
+    WatermarkAdvanceTrigger(
+        store_path="memory://s",
+        streams=["orders", "orders:eu", "payments"],
+        every="PT15M",
+        start_after="2026-01-05T00:15:00Z",
+        idle_timeout="PT30M",
+        when_all_idle="highest",
+        poll_interval=0.5,
+        storage_options={"a": 1},
+    ),
+    WatermarkAdvanceTrigger(store_path="/tmp/x", stream="orders", every=1.5, start_after=3000, event_spacing=0),
 ]
 
 
