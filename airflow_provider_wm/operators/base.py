@@ -2,10 +2,11 @@
 partitions)::
 
     read the committed state -> covered by a later run? -> build the request -> run the job (connect or
-    submit) -> read its manifest -> publish the outputs -> XCom and asset state -> commit the state, last
+    submit) -> read its manifest -> publish the outputs -> XCom and asset event -> commit the state, last
 
 Each operator only builds its request and interprets its manifest (:meth:`StatefulSparkOperator.compute`);
-reading, the covered-run rule, the mirrors and the checked commit are here once. A failure anywhere before
+reading, the covered-run rule, the mirrors and the checked commit (to the asset state store, primary, and the
+Variable, see :class:`~airflow_provider_wm.state.CommittedState`) are here once. A failure anywhere before
 the commit leaves the committed state as it was: the retry starts from the same state and replaces its own
 outputs.
 """
@@ -26,7 +27,7 @@ from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.spark_job import SparkJobHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.links import WatermarksLink
-from airflow_provider_wm.state import StateDamaged
+from airflow_provider_wm.state import AssetStateAccessor, CommittedState, StateDamaged, StateKind
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 
 __all__ = ["JobRound", "Outcome", "StatefulSparkOperator"]
@@ -88,13 +89,13 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         a ``spark`` connection (``spark-submit``), or ``None``: the embedded Spark Connect server on loopback.
     :param spark_conf: Spark options for the job (``--conf`` in submit mode; runtime SQL options of the task's
         session in connect mode).
-    :param asset: the Asset this operator produces: an outlet, an asset event per run and the state in the
-        asset state store.
+    :param asset: the Asset this operator produces: an outlet, an asset event per run, and the committed state
+        in its asset state store (the primary copy; the Variable mirrors it).
     """
 
     operator_extra_links = (WatermarksLink(),)
     state_xcom_key: ClassVar[str] = "state"
-    asset_state_key: ClassVar[str]
+    state_kind: ClassVar[StateKind[Any]]
 
     def __init__(
         self,
@@ -122,8 +123,19 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
 
     # ------------------------------------------------------------------------------- what subclasses give
 
-    def read_committed(self, context: Context) -> StateT | None:
+    def state_name(self) -> str:
+        """The controller's or pipeline's name: its Variable is ``<state_kind.variable_prefix><name>``."""
         raise NotImplementedError
+
+    def committed_state(self, context: Context) -> CommittedState[Any]:
+        """Where the committed state is kept: the asset state store (with an ``asset``) and the Variable."""
+        asset_state: AssetStateAccessor | None = None
+        if self.asset is not None:
+            asset_state = context["asset_state_store"][self.asset]
+        return CommittedState(self.state_kind, self.state_name(), asset_state, self.log)
+
+    def read_committed(self, context: Context) -> StateT | None:
+        return self.committed_state(context).read()
 
     def covered_until(self, committed: StateT) -> int | None:
         """The committed cut-off: a run at or before it has nothing to do."""
@@ -144,9 +156,9 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
     def publish_outputs(self, run: JobRound[StateT], outcome: Outcome[StateT]) -> None:
         """Mirrors and output watermarks, written before the commit (all of them idempotent)."""
 
-    def commit(self, document: StateT, committed: StateT | None) -> None:
-        """The checked write of the next state (the Variable): the very last step."""
-        raise NotImplementedError
+    def commit(self, context: Context, document: StateT, committed: StateT | None) -> None:
+        """The checked write of the next state (asset state store, then Variable): the very last step."""
+        self.committed_state(context).commit(document, committed)
 
     # ------------------------------------------------------------------------------------------ skeleton
 
@@ -176,9 +188,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self.publish_outputs(run, outcome)
         context["ti"].xcom_push(key=self.state_xcom_key, value=outcome.document.to_json())
         if self.asset is not None:
-            context["asset_state_store"][self.asset].set(self.asset_state_key, outcome.document.to_json())
             context["outlet_events"][self.asset].extra = outcome.asset_extra
-        self.commit(outcome.document, committed)
+        self.commit(context, outcome.document, committed)
         return outcome.summary
 
     def verify_snapshots(self, committed: StateT) -> None:
@@ -188,7 +199,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
             if path and not exists(path):
                 raise StateDamaged(
                     f"the committed state (version {committed.version}) points to {field_name}={path}, which does "
-                    "not exist: restore it, or delete the state's Variable to start over from nothing"
+                    "not exist: restore it, or delete the state (its Variable and its asset state store key) to "
+                    "start over from nothing"
                 )
 
     def run_job(self, request: JobRequest, manifest_type: type[ManifestT], what: str, name: str) -> ManifestT:
