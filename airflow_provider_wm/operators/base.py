@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from airflow.sdk import Asset, BaseOperator, Context
@@ -26,6 +26,7 @@ from airflow_provider_wm.contracts import JobManifest, JobRequest
 from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.spark_job import SparkJobHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.lineage import RunLineage, operator_lineage
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.state import AssetStateAccessor, CommittedState, StateDamaged, StateKind
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
@@ -120,6 +121,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
         self.asset = asset
+        self.run_lineage: RunLineage | None = None  # set by execute() for get_openlineage_facets_on_complete
 
     # ------------------------------------------------------------------------------- what subclasses give
 
@@ -156,6 +158,10 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
     def publish_outputs(self, run: JobRound[StateT], outcome: Outcome[StateT]) -> None:
         """Mirrors and output watermarks, written before the commit (all of them idempotent)."""
 
+    def lineage(self, document: StateT, summary: dict[str, Any] | None) -> RunLineage | None:
+        """What the run read, wrote and committed, for OpenLineage (``summary`` None: a covered run)."""
+        return None
+
     def commit(self, context: Context, document: StateT, committed: StateT | None) -> None:
         """The checked write of the next state (asset state store, then Variable): the very last step."""
         self.committed_state(context).commit(document, committed)
@@ -178,7 +184,9 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         committed = self.read_committed(context)
         until = None if committed is None else self.covered_until(committed)
         if committed is not None and until is not None and now_ms <= until:
-            return self.covered(context, committed, until, now_ms)
+            covered = self.covered(context, committed, until, now_ms)
+            self.run_lineage = self._with_covered_by(self.lineage(committed, None), committed.run_id)
+            return covered
         if committed is not None:
             self.verify_snapshots(committed)
         run = JobRound(context, WatermarkStoreHook(self.store_path), committed, now_ms, str(context["run_id"]))
@@ -190,7 +198,18 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         if self.asset is not None:
             context["outlet_events"][self.asset].extra = outcome.asset_extra
         self.commit(context, outcome.document, committed)
+        self.run_lineage = self.lineage(outcome.document, outcome.summary)
         return outcome.summary
+
+    @staticmethod
+    def _with_covered_by(lineage: RunLineage | None, run_id: str) -> RunLineage | None:
+        return None if lineage is None else replace(lineage, covered_by=run_id)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage's hook (called by its listener when the task succeeded): the input and output datasets and
+        the ``watermark`` run facet of this run (see :mod:`airflow_provider_wm.lineage`); None without the
+        OpenLineage provider."""
+        return operator_lineage(self.run_lineage)
 
     def verify_snapshots(self, committed: StateT) -> None:
         """A state whose snapshot is gone is damaged: starting from nothing would let a watermark move back or

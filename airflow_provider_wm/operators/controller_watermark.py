@@ -13,6 +13,7 @@ from airflow_provider_wm.contracts import ControllerManifest, ControllerRequest,
 from airflow_provider_wm.core.controller import StreamStatus
 from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.watermark_store import validate_name
+from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.state import CONTROLLER_STATE, ControllerCutoff
 from airflow_provider_wm.timeutil import duration_ms, format_ms
@@ -81,6 +82,22 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
 
     def state_name(self) -> str:
         return self.controller
+
+    def lineage(self, document: ControllerCutoff, summary: dict[str, Any] | None) -> RunLineage:
+        """Reads the marks and segments, writes the store's streams; late: marks that came after their round,
+        quarantined: rejected and quarantined marks."""
+        totals = (summary or {}).get("totals") or {}
+        return RunLineage(
+            kind="controller_watermark",
+            name=self.controller,
+            inputs=[self.marks_path, self.segments_path],
+            outputs=[f"{self.store_path.rstrip('/')}/streams"],
+            version=document.version,
+            cutoff_ms=document.processed_until_ms,
+            stream_watermarks_ms={label: int(wm["lower_ms"]) for label, wm in document.watermarks.items()},
+            late=int(totals["late_marks"]) if summary else None,
+            quarantined=sum(totals["rejected"].values()) + sum(totals["quarantined"].values()) if summary else None,
+        )
 
     def snapshot_paths(self, committed: ControllerCutoff) -> dict[str, str | None]:
         return {"state_path": committed.state_path}

@@ -27,6 +27,7 @@ from airflow_provider_wm.core.windowing import (
 )
 from airflow_provider_wm.core.windows import WindowFn
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.operators.windowed_arguments import (
     Duration,
@@ -266,6 +267,24 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         committed = super().read_committed(context)
         self._check_spec_unchanged(committed)
         return committed
+
+    def lineage(self, document: WindowedState, summary: dict[str, Any] | None) -> RunLineage:
+        """Events in, panes and late rows out; late: too-late events, quarantined: invalid time, window or arrival."""
+        watermark = document.watermark_ms
+        output_ms = None if watermark is None else self.spec.output_window.output_watermark(watermark)
+        invalid = ("invalid_event_time", "invalid_window", "invalid_arrival")
+        return RunLineage(
+            kind="windowed_aggregate",
+            name=self.pipeline,
+            inputs=[i["events"] for i in self.inputs] or [self.events],
+            outputs=[self.output_path, self.late_output],
+            version=document.version,
+            cutoff_ms=document.arrival_until_ms,
+            watermark_ms=watermark,
+            stream_watermarks_ms={} if output_ms is None else {self.output_stream: output_ms},
+            late=int(summary["too_late"]) if summary else None,
+            quarantined=sum(int(summary[name]) for name in invalid) if summary else None,
+        )
 
     def snapshot_paths(self, committed: WindowedState) -> dict[str, str | None]:
         return {"state_path": committed.state_path, "live_path": committed.live_path}
