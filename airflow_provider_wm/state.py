@@ -397,11 +397,11 @@ class CommittedState(Generic[S]):
     asset).
 
     Which copy counts (:meth:`read`), when both exist and disagree: **the higher version wins** and a warning
-    names both. A Variable ahead of the asset state store is a pipeline written by a version of this provider that
-    kept its state only in the Variable (or an interrupted commit, see below); a Variable behind it is a restored
-    or edited mirror, which the next commit overwrites. Equal versions with different documents: the asset state
-    store wins. Only a Variable (an older version of the provider committed it): it is read, and the next
-    successful run writes the asset state store too (migration, logged).
+    names both. A Variable ahead of the asset state store was committed by a version of this provider that kept
+    its state only in the Variable, after the migration (a provider downgrade); a Variable behind it is a restored
+    or edited mirror, or a commit interrupted between its two writes: the next commit overwrites it. Equal versions
+    with different documents: the asset state store wins. Only a Variable (an older version of the provider
+    committed it): it is read, and the next successful run writes the asset state store too (migration, logged).
 
     :meth:`commit` is a check-then-write of both: the version read at the start must still be the current one
     (by the same rule), nothing may go back (``kind.forward``), then the asset state store is written, then the
