@@ -8,81 +8,49 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk import DAG, Asset
 
 from airflow_provider_wm import lineage
 from airflow_provider_wm.demo.standalone import write_example_data
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from airflow_provider_wm.operators.controller_watermark import ControllerWatermarkOperator
-from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
-from airflow_provider_wm.operators.windowed_aggregate import WindowedAggregateOperator, tumbling
 from tests.airflow_helpers import asset_state, xcom
+from tests.lineage_dag import DAG_ID
 
 REPO = Path(__file__).resolve().parents[1]
 LOGICAL_DATE = datetime(2026, 1, 6, tzinfo=UTC)
-DAG_ID = "wm_lineage"
-
+# Run from a scratch folder, with the repository's test helpers loaded by path: no clone on sys.path, so a stale
+# airflow_provider_wm.egg-info in it (an in-tree build) cannot make the provider a second distribution (Airflow 3.3.2
+# stops loading the plugins that follow a duplicate, the OpenLineage provider's among them).
 RUN = """
+import importlib.util
 import sys
 from datetime import datetime, timezone
 
-from tests.airflow_helpers import register
-from tests.test_lineage import lineage_dag
 
-dag = lineage_dag(sys.argv[1])
-register(dag)
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+repo, base = sys.argv[1], sys.argv[2]
+helpers = load("wm_test_helpers", f"{repo}/tests/airflow_helpers.py")
+lineage_dag = load("wm_test_lineage_dag", f"{repo}/tests/lineage_dag.py").lineage_dag
+
+from airflow.sdk.plugins_manager import _get_plugins
+
+print("PLUGINS", sorted(plugin.name for plugin in _get_plugins()[0]))
+dag = lineage_dag(base)
+helpers.register(dag)
 run = dag.test(logical_date=datetime(2026, 1, 6, tzinfo=timezone.utc))
 print("STATES", sorted((ti.task_id, str(ti.state)) for ti in run.get_task_instances()))
 """
-
-
-def lineage_dag(base: str) -> DAG:
-    """The three stateful operators on the demo data (``write_example_data``), each with an asset."""
-    with DAG(dag_id=DAG_ID, schedule=None, start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
-        ControllerWatermarkOperator(
-            task_id="controller",
-            controller="lineage_controller",
-            marks_path=f"{base}/marks",
-            segments_path=f"{base}/segments",
-            store_path=f"{base}/store",
-            writer_timeout=timedelta(minutes=30),
-            asset=Asset(name="lineage_streams", uri=f"file://{base}/store/streams"),
-        )
-        WindowedAggregateOperator(
-            task_id="windows",
-            pipeline="lineage_windows",
-            events=f"{base}/order_events",
-            event_time="event_time",
-            arrival_column="ingested_at",
-            keys=["region"],
-            window=tumbling("PT15M"),
-            aggregates={"orders": "count(*)"},
-            watermark={"max_delay": "PT10M"},
-            output=f"{base}/orders_15m",
-            store_path=f"{base}/store",
-            asset=Asset(name="lineage_orders_15m", uri=f"file://{base}/orders_15m"),
-        )
-        IncrementalPartitionsOperator(
-            task_id="partitions",
-            pipeline="lineage_daily",
-            source=f"{base}/orders",
-            source_partition_column="event_date",
-            time_column="event_time",
-            watermark={"from": "2026-01-01", "to": "P0D"},
-            partition="daily",
-            units=["eu", "us"],
-            unit_column="region",
-            transform="airflow_provider_wm.demo.transforms:daily_orders",
-            target=f"{base}/orders_daily",
-            store_path=f"{base}/store",
-            asset=Asset(name="lineage_orders_daily", uri=f"file://{base}/orders_daily"),
-        )
-    return dag
 
 
 def test_dataset_names_follow_openlineage_naming():
@@ -151,13 +119,24 @@ def test_each_stateful_operator_reports_its_datasets_and_watermark_facet_to_open
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "wm_tests",
     }
     result = subprocess.run(
-        [sys.executable, "-c", RUN, str(base)], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+        [sys.executable, "-c", RUN, str(REPO), str(base)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            k: v for k, v in env.items() if k != "PYTHONPATH" or not (Path(v) / "airflow_provider_wm.egg-info").exists()
+        },
+        timeout=600,
+    )
+    assert "OpenLineageProviderPlugin" in result.stdout.split("PLUGINS", 1)[-1].split("\n", 1)[0], (
+        "Airflow did not load the OpenLineage provider's plugin: " + result.stdout[-2000:] + result.stderr[-2000:]
     )
     states = "STATES [('controller', 'success'), ('partitions', 'success'), ('windows', 'success')]"
     assert states in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
 
     events = complete_events(events_file)
-    assert sorted(events) == ["controller", "partitions", "windows"]
+    emitted = [line for line in result.stdout.splitlines() if "OpenLineage" in line]
+    assert sorted(events) == ["controller", "partitions", "windows"], "\n".join(emitted)
     at = int(LOGICAL_DATE.timestamp() * 1000)
 
     controller, cutoff, summary = (
