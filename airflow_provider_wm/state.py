@@ -1,11 +1,11 @@
-"""Cut-off state carried between runs in Airflow Variables (mirrored in XCom, the store and asset state).
+"""Cut-off state carried between runs: the asset state store (primary), an Airflow Variable (mirror) and XCom.
 
 Three documents: a controller's cut-off (``wm_controller__<controller>``), an incremental-partitions
 pipeline's state (``wm_partitions__<pipeline>``, see :class:`PipelineState`) and a windowed aggregate's
-state pointer and cut-offs (``wm_windows__<pipeline>``, see :class:`WindowedState`).
-
-The Variable ``wm_controller__<controller>`` holds a small JSON document a person can read on the UI's
-Variables page::
+state pointer and cut-offs (``wm_windows__<pipeline>``, see :class:`WindowedState`). When the operator has an
+``asset``, the document is kept in that asset's state store (AIP-103) under ``controller_cutoff``,
+``partition_state`` or ``windowed_state`` (see :class:`CommittedState`); the Variable holds the same document, a
+copy a person can read on the UI's Variables page::
 
     {"controller": "orders", "version": 7, "processed_until_ms": ..., "processed_marks": 1234,
      "state_path": ".../state/<round>",
@@ -15,7 +15,7 @@ Variables page::
 Rules:
 - It is written last, and only when the task succeeded; a failed or retried run finds it unchanged and
   starts from the same state.
-- Variables are last-writer-wins, so the commit is a check-then-write: the version read at the start must
+- Neither store has compare-and-set, so the commit is a check-then-write: the version read at the start must
   still be the current one, otherwise another run committed in between and this one fails with
   :class:`CutoffConflict` (its retry starts from the newer cut-off). The operator also limits itself to
   one running task instance per DAG (``max_active_tis_per_dag=1``), so the check is a second line.
@@ -25,17 +25,24 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from airflow.sdk import Asset, Variable
 
 __all__ = [
+    "CONTROLLER_STATE",
+    "PIPELINE_STATE",
+    "WINDOWED_STATE",
+    "AssetStateAccessor",
+    "CommittedState",
     "ControllerCutoff",
     "CutoffConflict",
     "PipelineState",
     "StateDamaged",
+    "StateKind",
     "WindowedState",
     "commit_cutoff",
     "commit_pipeline_state",
@@ -68,7 +75,16 @@ def read_state_variable(key: str, parse: Callable[[dict[str, Any]], T]) -> T | N
     A value that is not a state document (not JSON, ``null``, ``[]``, ``{}``, a field missing or of the wrong
     type) fails with :class:`StateDamaged` naming the Variable, never a bare ``KeyError``.
     """
-    raw = Variable.get(key, default=None)
+    return parse_state_document(Variable.get(key, default=None), f"Variable {key!r}", parse)
+
+
+def parse_state_document(raw: Any, where: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
+    """``raw`` (a JSON text or an already decoded object) parsed by ``parse``; None when absent or empty.
+
+    Example: ``parse_state_document('{"a": 1}', "Variable 'x'", parse)`` is ``parse({"a": 1})``;
+    ``parse_state_document("[]", "Variable 'x'", parse)`` fails with :class:`StateDamaged` ("Variable 'x' does not
+    hold a state document (it holds a JSON list, not an object)...").
+    """
     if raw in (None, ""):
         return None
     try:
@@ -79,8 +95,9 @@ def read_state_variable(key: str, parse: Callable[[dict[str, Any]], T]) -> T | N
     except (ValueError, KeyError, TypeError) as exc:
         problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise StateDamaged(
-            f"Variable {key!r} does not hold a state document ({problem}); its value begins {str(raw)[:80]!r}. "
-            "Restore it (the asset state store and the store's state.json keep copies) or delete it to start over."
+            f"{where} does not hold a state document ({problem}); its value begins {str(raw)[:80]!r}. "
+            "Restore it (the asset state store, the Variable and the store's state.json keep copies), or delete "
+            "both the asset state store's copy and the Variable to start over."
         ) from None
 
 
@@ -120,31 +137,18 @@ def read_cutoff(controller: str) -> ControllerCutoff | None:
     return read_state_variable(cutoff_variable_key(controller), ControllerCutoff.from_json)
 
 
-def commit_cutoff(new: ControllerCutoff, expected: ControllerCutoff | None) -> None:
-    """Publish ``new`` if the Variable still holds ``expected`` (by version); see the module docstring."""
-    current = read_cutoff(new.controller)
-    _check_version(f"controller {new.controller!r}", current.version if current else 0, expected)
-    if current is not None and new.processed_until_ms < current.processed_until_ms:
-        raise CutoffConflict(
-            f"controller {new.controller!r}: refusing to move processed_until_ms back from "
-            f"{current.processed_until_ms} to {new.processed_until_ms}"
-        )
-    Variable.set(
-        cutoff_variable_key(new.controller),
-        json.dumps(new.to_json(), indent=2, sort_keys=True),
-        description=f"Cut-off of watermark controller {new.controller!r} (airflow-provider-wm)",
-    )
-
-
-def _check_version(
-    what: str, current_version: int, expected: ControllerCutoff | PipelineState | WindowedState | None
+def commit_cutoff(
+    new: ControllerCutoff, expected: ControllerCutoff | None, asset_state: AssetStateAccessor | None = None
 ) -> None:
-    """Variables have no compare-and-set: check that nobody committed since we read, just before writing."""
-    expected_version = expected.version if expected else 0
-    if current_version != expected_version:
+    """Publish ``new`` if the committed cut-off is still ``expected`` (by version); see the module docstring."""
+    CommittedState(CONTROLLER_STATE, new.controller, asset_state).commit(new, expected)
+
+
+def _controller_forward(what: str, current: ControllerCutoff, new: ControllerCutoff) -> None:
+    if new.processed_until_ms < current.processed_until_ms:
         raise CutoffConflict(
-            f"{what}: the state moved from version {expected_version} to {current_version} while this run "
-            "was computing; not overwriting it. A retry starts from the new state."
+            f"{what}: refusing to move processed_until_ms back from "
+            f"{current.processed_until_ms} to {new.processed_until_ms}"
         )
 
 
@@ -199,21 +203,19 @@ def read_pipeline_state(pipeline: str) -> PipelineState | None:
     return read_state_variable(pipeline_variable_key(pipeline), PipelineState.from_json)
 
 
-def commit_pipeline_state(new: PipelineState, expected: PipelineState | None) -> None:
-    """Publish ``new`` if the Variable still holds ``expected`` (by version) and its cut-off does not go back."""
-    current = read_pipeline_state(new.pipeline)
-    _check_version(f"pipeline {new.pipeline!r}", current.version if current else 0, expected)
-    before = current.processed_until_ms if current else None
+def commit_pipeline_state(
+    new: PipelineState, expected: PipelineState | None, asset_state: AssetStateAccessor | None = None
+) -> None:
+    """Publish ``new`` if the committed state is still ``expected`` (by version) and its cut-off does not go back."""
+    CommittedState(PIPELINE_STATE, new.pipeline, asset_state).commit(new, expected)
+
+
+def _pipeline_forward(what: str, current: PipelineState, new: PipelineState) -> None:
+    before = current.processed_until_ms
     if before is not None and (new.processed_until_ms is None or new.processed_until_ms < before):
         raise CutoffConflict(
-            f"pipeline {new.pipeline!r}: refusing to move processed_until_ms back from {before} to "
-            f"{new.processed_until_ms}"
+            f"{what}: refusing to move processed_until_ms back from {before} to {new.processed_until_ms}"
         )
-    Variable.set(
-        pipeline_variable_key(new.pipeline),
-        json.dumps(new.to_json(), separators=(",", ":"), sort_keys=True),
-        description=f"Partition state of incremental pipeline {new.pipeline!r} (airflow-provider-wm)",
-    )
 
 
 @dataclass(frozen=True)
@@ -274,22 +276,18 @@ def read_windowed_state(pipeline: str) -> WindowedState | None:
     return read_state_variable(windowed_variable_key(pipeline), WindowedState.from_json)
 
 
-def commit_windowed_state(new: WindowedState, expected: WindowedState | None) -> None:
-    """Publish ``new`` if the Variable still holds ``expected`` (by version) and nothing goes backwards."""
-    current = read_windowed_state(new.pipeline)
-    _check_version(f"windowed pipeline {new.pipeline!r}", current.version if current else 0, expected)
-    if current is not None:
-        for name in ("watermark_ms", "arrival_until_ms", "upstream_version"):
-            before, after = getattr(current, name), getattr(new, name)
-            if before is not None and (after is None or after < before):
-                raise CutoffConflict(
-                    f"windowed pipeline {new.pipeline!r}: refusing to move {name} back from {before} to {after}"
-                )
-    Variable.set(
-        windowed_variable_key(new.pipeline),
-        json.dumps(new.to_json(), indent=2, sort_keys=True),
-        description=f"State of windowed aggregate {new.pipeline!r} (airflow-provider-wm)",
-    )
+def commit_windowed_state(
+    new: WindowedState, expected: WindowedState | None, asset_state: AssetStateAccessor | None = None
+) -> None:
+    """Publish ``new`` if the committed state is still ``expected`` (by version) and nothing goes backwards."""
+    CommittedState(WINDOWED_STATE, new.pipeline, asset_state).commit(new, expected)
+
+
+def _windowed_forward(what: str, current: WindowedState, new: WindowedState) -> None:
+    for name in ("watermark_ms", "arrival_until_ms", "upstream_version"):
+        before, after = getattr(current, name), getattr(new, name)
+        if before is not None and (after is None or after < before):
+            raise CutoffConflict(f"{what}: refusing to move {name} back from {before} to {after}")
 
 
 def covered_run(
@@ -320,3 +318,193 @@ def covered_run(
     if asset is not None:
         context["outlet_events"][asset].extra = summary
     return summary
+
+
+# ------------------------------------------------------------------------------ where a document is kept
+
+
+class AssetStateAccessor(Protocol):
+    """Airflow's ``context["asset_state_store"][asset]`` (``AssetStateStoreAccessor``): get and set by key."""
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+    def set(self, key: str, value: Any) -> None: ...
+
+
+class StateDocument(Protocol):
+    """A committed state document: ``version`` counts commits."""
+
+    @property
+    def version(self) -> int: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S", bound=StateDocument)
+
+
+@dataclass(frozen=True)
+class StateKind(Generic[S]):
+    """One kind of state document: its Variable (``<prefix><name>``), its asset state store key, how it is
+    parsed and what must not go back between two commits (``forward`` raises :class:`CutoffConflict`)."""
+
+    what: str
+    variable_prefix: str
+    asset_key: str
+    parse: Callable[[dict[str, Any]], S]
+    forward: Callable[[str, S, S], None]
+    description: str
+    indent: int | None
+
+    def variable_key(self, name: str) -> str:
+        return f"{self.variable_prefix}{name}"
+
+
+CONTROLLER_STATE: StateKind[ControllerCutoff] = StateKind(
+    "controller",
+    "wm_controller__",
+    "controller_cutoff",
+    ControllerCutoff.from_json,
+    _controller_forward,
+    "Cut-off of watermark controller {name!r} (airflow-provider-wm)",
+    2,
+)
+PIPELINE_STATE: StateKind[PipelineState] = StateKind(
+    "pipeline",
+    "wm_partitions__",
+    "partition_state",
+    PipelineState.from_json,
+    _pipeline_forward,
+    "Partition state of incremental pipeline {name!r} (airflow-provider-wm)",
+    None,
+)
+WINDOWED_STATE: StateKind[WindowedState] = StateKind(
+    "windowed pipeline",
+    "wm_windows__",
+    "windowed_state",
+    WindowedState.from_json,
+    _windowed_forward,
+    "State of windowed aggregate {name!r} (airflow-provider-wm)",
+    2,
+)
+
+_log = logging.getLogger(__name__)
+
+
+class CommittedState(Generic[S]):
+    """The committed state of one controller or pipeline: in its asset's state store (the primary copy, when the
+    operator has an ``asset``) and in its Variable (a mirror with the same document; the only copy without an
+    asset).
+
+    Which copy counts (:meth:`read`), when both exist and disagree: **the higher version wins** and a warning
+    names both. A Variable ahead of the asset state store was committed by a version of this provider that kept
+    its state only in the Variable, after the migration (a provider downgrade); a Variable behind it is a restored
+    or edited mirror, or a commit interrupted between its two writes: the next commit overwrites it. Equal versions
+    with different documents: the asset state store wins. Only a Variable (an older version of the provider
+    committed it): it is read, and the next successful run writes the asset state store too (migration, logged).
+
+    :meth:`commit` is a check-then-write of both: the version read at the start must still be the current one
+    (by the same rule), nothing may go back (``kind.forward``), then the asset state store is written, then the
+    Variable. A failure between the two writes leaves the Variable one version behind, which the rule above
+    resolves in favour of the asset state store; readers of the mirror alone (a rollup reading its upstream)
+    see the previous version, which is safe: they read less, never more.
+
+    Example: the asset holds version 7, the Variable version 6 (restored from a backup): :meth:`read` returns
+    version 7 and warns; the next run commits version 8 to both.
+    """
+
+    def __init__(
+        self, kind: StateKind[S], name: str, asset_state: AssetStateAccessor | None = None, log: Any = None
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.asset_state = asset_state
+        self.log = log or _log
+
+    @property
+    def what(self) -> str:
+        return f"{self.kind.what} {self.name!r}"
+
+    def read(self) -> S | None:
+        """The committed document by the rule above (None: nothing committed yet)."""
+        return self._choose(*self._copies(), quiet=False)
+
+    def commit(self, new: S, expected: S | None) -> None:
+        """Write ``new`` to both copies if the committed state is still ``expected`` and nothing goes back."""
+        primary, mirror = self._copies()
+        current = self._choose(primary, mirror, quiet=True)
+        current_version = current.version if current is not None else 0
+        expected_version = expected.version if expected is not None else 0
+        if current_version != expected_version:
+            raise CutoffConflict(
+                f"{self.what}: the state moved from version {expected_version} to {current_version} while this "
+                "run was computing; not overwriting it. A retry starts from the new state."
+            )
+        if current is not None:
+            self.kind.forward(self.what, current, new)
+        document = new.to_json()
+        if self.asset_state is not None:
+            self.asset_state.set(self.kind.asset_key, document)
+        compact = self.kind.indent is None
+        Variable.set(
+            self.variable_key,
+            json.dumps(document, indent=self.kind.indent, separators=(",", ":") if compact else None, sort_keys=True),
+            description=self.kind.description.format(name=self.name),
+        )
+        if self.asset_state is not None and primary is None and mirror is not None:
+            self.log.info(
+                "%s: migrated from the Variable %s to the asset state store key %r (version %s; the Variable "
+                "stays as a mirror)",
+                self.what,
+                self.variable_key,
+                self.kind.asset_key,
+                new.version,
+            )
+
+    @property
+    def variable_key(self) -> str:
+        return self.kind.variable_key(self.name)
+
+    def _copies(self) -> tuple[S | None, S | None]:
+        """(the asset state store's document, the Variable's); the first is None without an asset."""
+        mirror = read_state_variable(self.variable_key, self.kind.parse)
+        if self.asset_state is None:
+            return None, mirror
+        where = f"{self.what}: the asset state store key {self.kind.asset_key!r}"
+        return parse_state_document(self.asset_state.get(self.kind.asset_key), where, self.kind.parse), mirror
+
+    def _choose(self, primary: S | None, mirror: S | None, *, quiet: bool) -> S | None:
+        if primary is None:
+            if self.asset_state is not None and mirror is not None and not quiet:
+                self.log.info(
+                    "%s: nothing in the asset state store key %r yet; reading version %s from the Variable %s "
+                    "(written by an older version of airflow-provider-wm). The next successful run migrates it.",
+                    self.what,
+                    self.kind.asset_key,
+                    mirror.version,
+                    self.variable_key,
+                )
+            return mirror
+        if mirror is None:
+            return primary
+        if mirror.version > primary.version:
+            if not quiet:
+                self.log.warning(
+                    "%s: the Variable %s holds version %s, ahead of the asset state store (version %s): the higher "
+                    "version wins",
+                    self.what,
+                    self.variable_key,
+                    mirror.version,
+                    primary.version,
+                )
+            return mirror
+        if not quiet and (mirror.version < primary.version or mirror.to_json() != primary.to_json()):
+            self.log.warning(
+                "%s: the Variable %s (version %s) differs from the asset state store (version %s): the asset state "
+                "store wins and the next commit rewrites the Variable",
+                self.what,
+                self.variable_key,
+                mirror.version,
+                primary.version,
+            )
+        return primary

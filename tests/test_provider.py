@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -46,6 +47,15 @@ def test_airflow_providers_list_shows_the_package(airflow_db):
 
 @pytest.mark.slow
 def test_the_wheel_contains_the_spark_jobs_and_the_entry_point(tmp_path):
+    # built from a copy: an in-tree build leaves airflow_provider_wm.egg-info in the clone, a second distribution of
+    # the provider for every process with the clone on sys.path (Airflow then finds its plugins twice and, as of
+    # 3.3.2, stops loading the plugins that come after a duplicate, the OpenLineage provider's among them)
+    source = tmp_path / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for folder in ("airflow_provider_wm", "spark_jobs"):
+        shutil.copytree(REPO / folder, source / folder, ignore=ignore)
+    for file in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / file, source / file)
     subprocess.run(
         [
             sys.executable,
@@ -57,7 +67,7 @@ def test_the_wheel_contains_the_spark_jobs_and_the_entry_point(tmp_path):
             "-q",
             "-w",
             str(tmp_path),
-            str(REPO),
+            str(source),
         ],
         check=True,
         capture_output=True,

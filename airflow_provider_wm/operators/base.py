@@ -2,10 +2,11 @@
 partitions)::
 
     read the committed state -> covered by a later run? -> build the request -> run the job (connect or
-    submit) -> read its manifest -> publish the outputs -> XCom and asset state -> commit the state, last
+    submit) -> read its manifest -> publish the outputs -> XCom and asset event -> commit the state, last
 
 Each operator only builds its request and interprets its manifest (:meth:`StatefulSparkOperator.compute`);
-reading, the covered-run rule, the mirrors and the checked commit are here once. A failure anywhere before
+reading, the covered-run rule, the mirrors and the checked commit (to the asset state store, primary, and the
+Variable, see :class:`~airflow_provider_wm.state.CommittedState`) are here once. A failure anywhere before
 the commit leaves the committed state as it was: the retry starts from the same state and replaces its own
 outputs.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from airflow.sdk import Asset, BaseOperator, Context
@@ -25,8 +26,9 @@ from airflow_provider_wm.contracts import JobManifest, JobRequest
 from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.spark_job import SparkJobHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.lineage import RunLineage, operator_lineage
 from airflow_provider_wm.links import WatermarksLink
-from airflow_provider_wm.state import StateDamaged
+from airflow_provider_wm.state import AssetStateAccessor, CommittedState, StateDamaged, StateKind
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 
 __all__ = ["JobRound", "Outcome", "StatefulSparkOperator"]
@@ -88,13 +90,13 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         a ``spark`` connection (``spark-submit``), or ``None``: the embedded Spark Connect server on loopback.
     :param spark_conf: Spark options for the job (``--conf`` in submit mode; runtime SQL options of the task's
         session in connect mode).
-    :param asset: the Asset this operator produces: an outlet, an asset event per run and the state in the
-        asset state store.
+    :param asset: the Asset this operator produces: an outlet, an asset event per run, and the committed state
+        in its asset state store (the primary copy; the Variable mirrors it).
     """
 
     operator_extra_links = (WatermarksLink(),)
     state_xcom_key: ClassVar[str] = "state"
-    asset_state_key: ClassVar[str]
+    state_kind: ClassVar[StateKind[Any]]
 
     def __init__(
         self,
@@ -119,11 +121,23 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
         self.asset = asset
+        self.run_lineage: RunLineage | None = None  # set by execute() for get_openlineage_facets_on_complete
 
     # ------------------------------------------------------------------------------- what subclasses give
 
-    def read_committed(self, context: Context) -> StateT | None:
+    def state_name(self) -> str:
+        """The controller's or pipeline's name: its Variable is ``<state_kind.variable_prefix><name>``."""
         raise NotImplementedError
+
+    def committed_state(self, context: Context) -> CommittedState[Any]:
+        """Where the committed state is kept: the asset state store (with an ``asset``) and the Variable."""
+        asset_state: AssetStateAccessor | None = None
+        if self.asset is not None:
+            asset_state = context["asset_state_store"][self.asset]
+        return CommittedState(self.state_kind, self.state_name(), asset_state, self.log)
+
+    def read_committed(self, context: Context) -> StateT | None:
+        return self.committed_state(context).read()
 
     def covered_until(self, committed: StateT) -> int | None:
         """The committed cut-off: a run at or before it has nothing to do."""
@@ -144,9 +158,13 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
     def publish_outputs(self, run: JobRound[StateT], outcome: Outcome[StateT]) -> None:
         """Mirrors and output watermarks, written before the commit (all of them idempotent)."""
 
-    def commit(self, document: StateT, committed: StateT | None) -> None:
-        """The checked write of the next state (the Variable): the very last step."""
-        raise NotImplementedError
+    def lineage(self, document: StateT, summary: dict[str, Any] | None) -> RunLineage | None:
+        """What the run read, wrote and committed, for OpenLineage (``summary`` None: a covered run)."""
+        return None
+
+    def commit(self, context: Context, document: StateT, committed: StateT | None) -> None:
+        """The checked write of the next state (asset state store, then Variable): the very last step."""
+        self.committed_state(context).commit(document, committed)
 
     # ------------------------------------------------------------------------------------------ skeleton
 
@@ -166,7 +184,9 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         committed = self.read_committed(context)
         until = None if committed is None else self.covered_until(committed)
         if committed is not None and until is not None and now_ms <= until:
-            return self.covered(context, committed, until, now_ms)
+            covered = self.covered(context, committed, until, now_ms)
+            self.run_lineage = self._with_covered_by(self.lineage(committed, None), committed.run_id)
+            return covered
         if committed is not None:
             self.verify_snapshots(committed)
         run = JobRound(context, WatermarkStoreHook(self.store_path), committed, now_ms, str(context["run_id"]))
@@ -176,10 +196,20 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self.publish_outputs(run, outcome)
         context["ti"].xcom_push(key=self.state_xcom_key, value=outcome.document.to_json())
         if self.asset is not None:
-            context["asset_state_store"][self.asset].set(self.asset_state_key, outcome.document.to_json())
             context["outlet_events"][self.asset].extra = outcome.asset_extra
-        self.commit(outcome.document, committed)
+        self.commit(context, outcome.document, committed)
+        self.run_lineage = self.lineage(outcome.document, outcome.summary)
         return outcome.summary
+
+    @staticmethod
+    def _with_covered_by(lineage: RunLineage | None, run_id: str) -> RunLineage | None:
+        return None if lineage is None else replace(lineage, covered_by=run_id)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage's hook (called by its listener when the task succeeded): the input and output datasets and
+        the ``watermark`` run facet of this run (see :mod:`airflow_provider_wm.lineage`); None without the
+        OpenLineage provider."""
+        return operator_lineage(self.run_lineage)
 
     def verify_snapshots(self, committed: StateT) -> None:
         """A state whose snapshot is gone is damaged: starting from nothing would let a watermark move back or
@@ -188,7 +218,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
             if path and not exists(path):
                 raise StateDamaged(
                     f"the committed state (version {committed.version}) points to {field_name}={path}, which does "
-                    "not exist: restore it, or delete the state's Variable to start over from nothing"
+                    "not exist: restore it, or delete the state (its Variable and its asset state store key) to "
+                    "start over from nothing"
                 )
 
     def run_job(self, request: JobRequest, manifest_type: type[ManifestT], what: str, name: str) -> ManifestT:

@@ -13,8 +13,9 @@ from airflow_provider_wm.contracts import ControllerManifest, ControllerRequest,
 from airflow_provider_wm.core.controller import StreamStatus
 from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.watermark_store import validate_name
+from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
-from airflow_provider_wm.state import ControllerCutoff, commit_cutoff, read_cutoff
+from airflow_provider_wm.state import CONTROLLER_STATE, ControllerCutoff
 from airflow_provider_wm.timeutil import duration_ms, format_ms
 
 __all__ = ["ControllerWatermarkOperator"]
@@ -27,11 +28,11 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
     ``spark-submit``: see ``spark_conn_id``). The job reads the marks reported since the previous round, the
     segments, and the controller state of the previous round; it writes the next state version, a quarantine
     of bad and rejected marks, and a manifest. The operator then publishes each new watermark to the store
-    (monotone), pushes the results to XCom, and commits the cut-off to the Variable
-    ``wm_controller__<controller>`` as its very last step. A failed run leaves the cut-off as it was; its
-    retry computes the same round and overwrites its own outputs. A run whose logical time is not after the
-    committed cut-off does nothing and returns the committed result, so re-running a finished run changes
-    nothing.
+    (monotone), pushes the results to XCom, and commits the cut-off as its very last step: to the asset state
+    store (key ``controller_cutoff``, with ``asset``) and the Variable ``wm_controller__<controller>``. A
+    failed run leaves the cut-off as it was; its retry computes the same round and overwrites its own outputs.
+    A run whose logical time is not after the committed cut-off does nothing and returns the committed result,
+    so re-running a finished run changes nothing.
 
     :param controller: name of this controller (its Variable, its folder in the store).
     :param marks_path: Parquet dataset of writer marks (``stream, writer_id, time_ms, position, kind,
@@ -46,13 +47,13 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
         server.
     :param spark_conf: extra Spark configuration for the job.
     :param asset: the Asset standing for this controller's watermarks: declared as an outlet; each successful
-        round emits an asset event whose ``extra`` holds the cut-off and every stream's lower time, and
-        writes the cut-off to the asset state store (``controller_cutoff``).
+        round emits an asset event whose ``extra`` holds the cut-off and every stream's lower time, and the
+        cut-off is committed to its asset state store (``controller_cutoff``, the primary copy).
     """
 
     template_fields: Sequence[str] = template_fields_of("marks_path", "segments_path")
     state_xcom_key = "cutoff"
-    asset_state_key = "controller_cutoff"
+    state_kind = CONTROLLER_STATE
     ui_color = "#e8f4fd"
 
     def __init__(
@@ -79,8 +80,24 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
         """Where this task belongs on the Watermarks page (its extra link)."""
         return {"controller": self.controller}
 
-    def read_committed(self, context: Context) -> ControllerCutoff | None:
-        return read_cutoff(self.controller)
+    def state_name(self) -> str:
+        return self.controller
+
+    def lineage(self, document: ControllerCutoff, summary: dict[str, Any] | None) -> RunLineage:
+        """Reads the marks and segments, writes the store's streams; late: marks that came after their round,
+        quarantined: rejected and quarantined marks."""
+        totals = (summary or {}).get("totals") or {}
+        return RunLineage(
+            kind="controller_watermark",
+            name=self.controller,
+            inputs=[self.marks_path, self.segments_path],
+            outputs=[f"{self.store_path.rstrip('/')}/streams"],
+            version=document.version,
+            cutoff_ms=document.processed_until_ms,
+            stream_watermarks_ms={label: int(wm["lower_ms"]) for label, wm in document.watermarks.items()},
+            late=int(totals["late_marks"]) if summary else None,
+            quarantined=sum(totals["rejected"].values()) + sum(totals["quarantined"].values()) if summary else None,
+        )
 
     def snapshot_paths(self, committed: ControllerCutoff) -> dict[str, str | None]:
         return {"state_path": committed.state_path}
@@ -182,9 +199,6 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
             status = self._stream_status(entry, run.now_ms, run.run_id)
             run.store.write_stream_status(entry.stream, status, entry.wm_key)
         return published
-
-    def commit(self, document: ControllerCutoff, committed: ControllerCutoff | None) -> None:
-        commit_cutoff(document, committed)
 
     def _stream_status(self, entry: StreamEntry, now_ms: int, run_id: str) -> dict[str, Any]:
         """What the Watermarks page shows beside a stream's watermark: the round's verdict on it."""

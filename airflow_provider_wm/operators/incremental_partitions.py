@@ -26,9 +26,10 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.documents import read_document
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.operators.partitions_arguments import transform_arguments, units_argument
-from airflow_provider_wm.state import PipelineState, commit_pipeline_state, covered_run, read_pipeline_state
+from airflow_provider_wm.state import PIPELINE_STATE, PipelineState, covered_run
 from airflow_provider_wm.timeutil import duration_ms, format_ms, to_epoch_ms
 
 __all__ = ["IncrementalPartitionsOperator"]
@@ -52,10 +53,10 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     Each run plans the work units (partition x unit) with :func:`airflow_provider_wm.core.partitions.plan`
     from the pipeline's committed state, logs the plan as a table, submits
     ``spark_jobs/incremental_partitions.py`` through ``SparkSubmitHook`` for the executing units, and commits
-    each unit's new high watermark only after the job succeeded: to the store's state document, XCom, the
-    asset state store (when ``asset`` is given, with an asset event) and, last, the Variable
-    ``wm_partitions__<pipeline>`` (checked against the version read at the start; one task instance at a
-    time by default).
+    each unit's new high watermark only after the job succeeded: to the store's state document, XCom, an
+    asset event (when ``asset`` is given) and, last, the asset state store (``partition_state``, with
+    ``asset``) and the Variable ``wm_partitions__<pipeline>`` (checked against the version read at the start;
+    one task instance at a time by default).
 
     A failed unit fails the task and commits nothing; the task's retry re-executes only the units that did
     not succeed in an earlier attempt of the same run (their output is already written, idempotently).
@@ -113,7 +114,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     """
 
     template_fields: Sequence[str] = template_fields_of("source", "target")
-    asset_state_key = "partition_state"
+    state_kind = PIPELINE_STATE
     ui_color = "#eaf7ea"
 
     def __init__(
@@ -187,15 +188,28 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         """Where this task belongs on the Watermarks page (its extra link)."""
         return {"pipeline": self.pipeline}
 
-    def read_committed(self, context: Context) -> PipelineState | None:
-        """The Variable; when it is missing, the asset state store's copy (both are written only on success)."""
-        committed = read_pipeline_state(self.pipeline)
-        if committed is None and self.asset is not None:
-            mirrored = context["asset_state_store"][self.asset].get("partition_state")
-            if isinstance(mirrored, dict):
-                self.log.info("Variable missing: starting from the asset state store's copy")
-                committed = PipelineState.from_json(mirrored)
-        return committed
+    def state_name(self) -> str:
+        return self.pipeline
+
+    def lineage(self, document: PipelineState, summary: dict[str, Any] | None) -> RunLineage:
+        """Reads the source, writes the target partitions and the quarantine; the watermark is the output
+        watermark (every partition before it done in every unit), quarantined: the bad rows this run set aside.
+        No ``late`` count: late rows are re-extracted with their partition within the grace period."""
+        until = None
+        if document.processed_until_ms is not None:
+            state = PartitionState.from_json(document.state)
+            until = complete_until(self.spec, state, document.units, document.processed_until_ms)
+        return RunLineage(
+            kind="incremental_partitions",
+            name=self.pipeline,
+            inputs=[self.source],
+            outputs=[self.target, WatermarkStoreHook(self.store_path).pipeline_url(self.pipeline, "quarantine")],
+            version=document.version,
+            cutoff_ms=document.processed_until_ms,
+            watermark_ms=until,
+            stream_watermarks_ms={} if until is None else {self.output_stream: until},
+            quarantined=int(summary["quarantined"]) if summary else None,
+        )
 
     def covered_until(self, committed: PipelineState) -> int | None:
         return committed.processed_until_ms
@@ -294,9 +308,6 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
                 "last_summary": outcome.summary,
             },
         )
-
-    def commit(self, document: PipelineState, committed: PipelineState | None) -> None:
-        commit_pipeline_state(document, committed)
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: PipelineState) -> None:
         """The derived stream's watermark: the end of the partitions done for every unit, with all earlier ones

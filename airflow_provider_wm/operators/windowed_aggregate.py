@@ -27,6 +27,7 @@ from airflow_provider_wm.core.windowing import (
 )
 from airflow_provider_wm.core.windows import WindowFn
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
+from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.operators.windowed_arguments import (
     Duration,
@@ -38,7 +39,7 @@ from airflow_provider_wm.operators.windowed_arguments import (
     sliding,
     tumbling,
 )
-from airflow_provider_wm.state import WindowedState, commit_windowed_state, covered_run, read_windowed_state
+from airflow_provider_wm.state import WINDOWED_STATE, WindowedState, covered_run, read_windowed_state
 from airflow_provider_wm.timeutil import duration_ms, format_ms
 
 __all__ = [
@@ -95,9 +96,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             aggregates={"orders": "count(orders.*)", "delivered": "count(deliveries.*)"}, ...
         )
 
-    Only after the job succeeded the operator commits: XCom (the manifest summary), the asset state store
-    and an asset event (when ``asset`` is given) and, last, the Variable ``wm_windows__<pipeline>`` (state
-    pointer, watermark, input cut-off), checked against the version read at the start. A failed run
+    Only after the job succeeded the operator commits: XCom (the manifest summary), an asset event (when
+    ``asset`` is given) and, last, the state (state pointer, watermark, input cut-off) to the asset state store
+    (``windowed_state``, with ``asset``) and the Variable ``wm_windows__<pipeline>``, checked against the
+    version read at the start. A failed run
     commits nothing: its retry starts from the same state and replaces its own output partition.
 
     Example: revenue per region in 5-minute windows, one minute of lateness, watermark from the store::
@@ -155,7 +157,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     """
 
     template_fields: Sequence[str] = template_fields_of("events", "inputs", "output_path", "late_output")
-    asset_state_key = "windowed_state"
+    state_kind = WINDOWED_STATE
     ui_color = "#fdf1e1"
     output_path: str
 
@@ -258,10 +260,31 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             return upstream.panes()
         raise ValueError(f"upstream={upstream!r} must be a WindowedAggregateOperator or UpstreamPanes(...)")
 
+    def state_name(self) -> str:
+        return self.pipeline
+
     def read_committed(self, context: Context) -> WindowedState | None:
-        committed = read_windowed_state(self.pipeline)
+        committed = super().read_committed(context)
         self._check_spec_unchanged(committed)
         return committed
+
+    def lineage(self, document: WindowedState, summary: dict[str, Any] | None) -> RunLineage:
+        """Events in, panes and late rows out; late: too-late events, quarantined: invalid time, window or arrival."""
+        watermark = document.watermark_ms
+        output_ms = None if watermark is None else self.spec.output_window.output_watermark(watermark)
+        invalid = ("invalid_event_time", "invalid_window", "invalid_arrival")
+        return RunLineage(
+            kind="windowed_aggregate",
+            name=self.pipeline,
+            inputs=[i["events"] for i in self.inputs] or [self.events],
+            outputs=[self.output_path, self.late_output],
+            version=document.version,
+            cutoff_ms=document.arrival_until_ms,
+            watermark_ms=watermark,
+            stream_watermarks_ms={} if output_ms is None else {self.output_stream: output_ms},
+            late=int(summary["too_late"]) if summary else None,
+            quarantined=sum(int(summary[name]) for name in invalid) if summary else None,
+        )
 
     def snapshot_paths(self, committed: WindowedState) -> dict[str, str | None]:
         return {"state_path": committed.state_path, "live_path": committed.live_path}
@@ -356,16 +379,13 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         return Outcome(document, summary, extra)
 
     def publish_outputs(self, run: JobRound[WindowedState], outcome: Outcome[WindowedState]) -> None:
-        """The store's state document and the output watermark (the Variable, committed last, is the truth)."""
+        """The store's state document and the output watermark (the committed state, written last, is the truth)."""
         document = outcome.document
         assert document is not None
         run.store.write_pipeline_state(
             self.pipeline, {**document.to_json(), "kind": "windowed", "last_summary": outcome.summary}
         )
         self._publish_output_watermark(run.store, document)
-
-    def commit(self, document: WindowedState, committed: WindowedState | None) -> None:
-        commit_windowed_state(document, committed)
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: WindowedState) -> None:
         """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""
@@ -402,7 +422,8 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             raise ValueError(
                 f"pipeline {self.pipeline!r}: {', '.join(changes)} changed since version {committed.version} "
                 f"({list(before)} -> {list(after)}); the open windows cannot be carried over. Use a new pipeline "
-                f"name, or delete the Variable wm_windows__{self.pipeline} to start over."
+                f"name, or delete its state (the Variable wm_windows__{self.pipeline} and its asset state store key "
+                "windowed_state) to start over."
             )
 
     def _rollup_inputs(

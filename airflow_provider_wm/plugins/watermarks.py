@@ -4,7 +4,8 @@ Registered through the ``airflow.plugins`` entry point of this package (a provid
 loaded by default). The API server mounts the app; the UI embeds the page (``/plugin/watermarks``).
 
 - ``GET /wm/`` the page (HTML and a small script that draws the chart as SVG);
-- ``GET /wm/api/overview`` every stream's latest watermark and status, every pipeline's state;
+- ``GET /wm/api/overview`` every stream's latest watermark and status, every pipeline's state, and the Airflow
+  asset of each controller and pipeline that has one (``asset``: ``{"id", "name", "uri"}``, else None);
 - ``GET /wm/api/streams/<stream>/history?points=400`` a stream's watermark and lag over time, downsampled on
   the server (a log of 100,000 watermarks answers with at most ``points`` points).
 
@@ -16,11 +17,15 @@ Every route needs an authenticated Airflow user (Airflow's own ``get_user`` depe
 or a bearer token); an anonymous request gets 401. Stream and pipeline names are checked like every name of the
 store, so no request reaches outside it.
 
-The store is ``[wm] store_path`` (``AIRFLOW__WM__STORE_PATH``), else the ``wm_store_default`` connection.
+The store is ``[wm] store_path`` (``AIRFLOW__WM__STORE_PATH``), else the ``wm_store_default`` connection. A
+pipeline's asset is the active asset whose state store holds its committed state (``controller_cutoff``,
+``partition_state`` or ``windowed_state``, see :mod:`airflow_provider_wm.state`); the page links it to the asset's
+page in the Airflow UI (``assets/<id>``).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from functools import cache
 from importlib import resources
@@ -30,10 +35,12 @@ from airflow.api_fastapi.core_api.security import get_user
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from sqlalchemy import select
 
 from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook
 from airflow_provider_wm.links import PAGE_PATH
 from airflow_provider_wm.plugins.views import overview, stream_history
+from airflow_provider_wm.state import CONTROLLER_STATE, PIPELINE_STATE, WINDOWED_STATE
 
 __all__ = ["WatermarksPlugin", "create_app"]
 
@@ -86,7 +93,7 @@ def create_app() -> FastAPI:
 
     @app.get("/api/overview")
     def api_overview(store: Store) -> dict[str, Any]:
-        return overview(store, int(time.time() * 1000))
+        return with_assets(overview(store, int(time.time() * 1000)), state_assets())
 
     @app.get("/api/streams/{stream}/history")
     def api_stream_history(
@@ -100,6 +107,49 @@ def create_app() -> FastAPI:
             raise _bad_name(error) from None
 
     return app
+
+
+def state_assets() -> dict[tuple[str, str], dict[str, Any]]:
+    """The asset of each controller and pipeline whose committed state is in an asset state store, by (state key,
+    name), e.g. ``{("windowed_state", "orders_15m"): {"id": 3, "name": "orders_15m", "uri": "file:///..."}}``."""
+    from airflow.models.asset import AssetModel
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.utils.session import create_session
+
+    keys = {kind.asset_key: field for kind, field in _NAME_FIELDS}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetStateStoreModel.key, AssetStateStoreModel.value)
+            .join(AssetStateStoreModel, AssetStateStoreModel.asset_id == AssetModel.id)
+            .where(AssetStateStoreModel.key.in_(keys), AssetModel.active.has())
+            .order_by(AssetModel.id)
+        )
+        for asset_id, name, uri, key, value in rows:
+            try:
+                document = json.loads(value)
+                owner = document[keys[key]] if isinstance(document, dict) else None
+            except (ValueError, KeyError):  # a value kept by a custom state backend, or damaged: no link
+                continue
+            if isinstance(owner, str):
+                found.setdefault((key, owner), {"id": asset_id, "name": name, "uri": uri})
+    return found
+
+
+_NAME_FIELDS = ((CONTROLLER_STATE, "controller"), (PIPELINE_STATE, "pipeline"), (WINDOWED_STATE, "pipeline"))
+
+
+def with_assets(data: dict[str, Any], assets: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """``data`` (the overview) with ``asset`` on every row: a stream's is its controller's or its pipeline's."""
+    for row in data["streams"]:  # a controller's stream, or a pipeline's output stream
+        owners = [(CONTROLLER_STATE.asset_key, row.get("controller"))]
+        owners += [(kind.asset_key, row.get("pipeline")) for kind in (PIPELINE_STATE, WINDOWED_STATE)]
+        row["asset"] = next((assets[owner] for owner in owners if owner in assets), None)
+    for row in data["partition_pipelines"]:
+        row["asset"] = assets.get((PIPELINE_STATE.asset_key, row["pipeline"]))
+    for row in data["windowed_pipelines"]:
+        row["asset"] = assets.get((WINDOWED_STATE.asset_key, row["pipeline"]))
+    return data
 
 
 class WatermarksPlugin(AirflowPlugin):

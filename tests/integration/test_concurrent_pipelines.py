@@ -7,15 +7,16 @@ interval that is also scheduled is triggered at the same time.
 LocalExecutor runs four tasks at a time; the sensors defer to the triggerer. Whatever order the runs happen to take:
 
 - a stateful task never runs twice at once (``max_active_tis_per_dag=1``, enforced by the operators);
-- no committed state is lost: the versions the runs committed are exactly 1..n, the last one is in the Variable;
+- no committed state is lost: the versions the runs committed are exactly 1..n, the last one is in the asset state
+  store (the primary copy) and the same document in the Variable (its mirror);
 - cut-offs and store watermarks never go back;
 - every input is output exactly once: each order event is either aggregated once (the panes of its window sum,
   retractions negated, to its window's events) or quarantined once; each daily partition holds its day's orders
   once.
 
 A second DAG runs each stateful operator twice on the same inputs; one copy's first attempt SIGKILLs its own task
-process at the moment it commits its state (after the Spark job succeeded and the mirrors were written). Its retry
-must converge to the state and outputs of the undisturbed copy.
+process at the moment it commits its state (after the Spark job succeeded and the mirrors were written, before the
+asset state store and the Variable are). Its retry must converge to the state and outputs of the undisturbed copy.
 """
 
 from __future__ import annotations
@@ -69,32 +70,23 @@ mirrors are written); the retry has to converge to what the "undisturbed" copies
 
 import os
 import signal
-import sys
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Asset
 
 from airflow_provider_wm.operators.controller_watermark import ControllerWatermarkOperator
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.operators.windowed_aggregate import WindowedAggregateOperator, tumbling
 
 BASE = {base!r}
-COMMIT_FUNCTIONS = {{
-    ControllerWatermarkOperator: "commit_cutoff",
-    WindowedAggregateOperator: "commit_windowed_state",
-    IncrementalPartitionsOperator: "commit_pipeline_state",
-}}
 
 
 def killed_at_commit(operator_class):
     class KilledAtCommit(operator_class):
-        def execute(self, context):
-            if context["ti"].try_number == 1:  # only in this task's own process
-                def die(*args, **kwargs):
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-                setattr(sys.modules[operator_class.__module__], COMMIT_FUNCTIONS[operator_class], die)
-            return super().execute(context)
+        def commit(self, context, document, committed):
+            if context["ti"].try_number == 1:  # the first attempt dies before writing either copy
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().commit(context, document, committed)
 
     return KilledAtCommit
 
@@ -114,6 +106,7 @@ with DAG(
             segments_path=f"{{BASE}}/segments",
             store_path=store,
             writer_timeout=timedelta(minutes=30),
+            asset=Asset(name=f"{{variant}}_streams", uri=f"file://{{store}}/streams"),
         )
         wrap(WindowedAggregateOperator)(
             task_id=f"{{variant}}_windows",
@@ -130,6 +123,7 @@ with DAG(
             early_firing=True,
             output=f"{{BASE}}/{{variant}}/orders_15m",
             store_path=store,
+            asset=Asset(name=f"{{variant}}_orders_15m", uri=f"file://{{BASE}}/{{variant}}/orders_15m"),
         )
         wrap(IncrementalPartitionsOperator)(
             task_id=f"{{variant}}_partitions",
@@ -145,6 +139,7 @@ with DAG(
             transform="airflow_provider_wm.demo.transforms:daily_orders",
             target=f"{{BASE}}/{{variant}}/orders_daily",
             store_path=store,
+            asset=Asset(name=f"{{variant}}_orders_daily", uri=f"file://{{BASE}}/{{variant}}/orders_daily"),
         )
 '''
 
@@ -180,6 +175,14 @@ class Observed:
             "where dag_id = any(:ids)",
             ids=dag_ids,
         )
+        # the asset state store of the active assets, by (asset name, key); the value column is JSON text
+        self.asset_states: dict[tuple[str, str], Any] = {
+            (name, key): json.loads(value)
+            for name, key, value in setup.query(
+                "select a.name, s.key, s.value from asset_state_store s join asset a on a.id = s.asset_id "
+                "join asset_active active on active.name = a.name and active.uri = a.uri"
+            )
+        }
         self.xcoms: dict[tuple[str, str, str, str], Any] = {
             (dag_id, run_id, task_id, key): value  # a JSON column: psycopg2 returns it decoded
             for dag_id, run_id, task_id, key, value in setup.query(
@@ -189,6 +192,12 @@ class Observed:
 
     def variable(self, key: str) -> dict[str, Any]:
         return variable_value(self.variables[key])
+
+    def committed(self, asset: str, state_key: str, variable: str) -> dict[str, Any]:
+        """The committed state: the asset state store's document (the primary copy), which the Variable mirrors."""
+        document = self.asset_states[(asset, state_key)]
+        assert self.variable(variable) == document, f"the Variable {variable} differs from {asset}'s state store"
+        return document
 
     def committed_versions(self, dag_id: str, task_id: str, key: str) -> list[int]:
         """The state versions the task's runs committed (each pushes its new state to XCom just before)."""
@@ -308,7 +317,8 @@ def test_overlapping_runs_of_the_example_pipelines_lose_nothing_and_a_kill_at_co
 
 
 def check_controller(observed: Observed) -> None:
-    cutoff = observed.variable("wm_controller__example_controller")
+    controller = "wm_controller__example_controller"
+    cutoff = observed.committed("example_controller_watermarks", "controller_cutoff", controller)
     assert cutoff["processed_until_ms"] == ms(data.START + data.HOURS * timedelta(hours=1))
     versions = observed.committed_versions("example_stream_watermark", "controller_watermark", "cutoff")
     assert versions == list(range(1, cutoff["version"] + 1)), "a committed cut-off was lost"
@@ -321,7 +331,7 @@ def check_controller(observed: Observed) -> None:
 
 
 def check_windows(observed: Observed) -> None:
-    state = observed.variable("wm_windows__orders_15m")
+    state = observed.committed("orders_15m", "windowed_state", "wm_windows__orders_15m")
     versions = observed.committed_versions("example_windowed_aggregate", "orders_15m", "state")
     assert versions == list(range(1, state["version"] + 1)), "a committed window state was lost"
     arrived = [e for e in order_events.events() if ms(e["ingested_at"]) <= state["arrival_until_ms"]]
@@ -350,7 +360,7 @@ def check_windows(observed: Observed) -> None:
 
 
 def check_partitions(observed: Observed) -> None:
-    state = observed.variable("wm_partitions__orders_daily")
+    state = observed.committed("orders_daily", "partition_state", "wm_partitions__orders_daily")
     assert state["processed_until_ms"] == ms(orders_data.START + DAYS * timedelta(days=1))
     versions = observed.committed_versions("example_incremental_partitions", "orders_daily", "state")
     assert versions == list(range(1, state["version"] + 1)), "a committed partition state was lost"
@@ -361,11 +371,12 @@ def check_partitions(observed: Observed) -> None:
     assert sorted(order_ids) == sorted(r["order_id"] for r in source if r["event_time"] is not None)
 
 
-def comparable_outputs(base: Path, variant: str, variables: dict[str, Any]) -> dict[str, Any]:
-    """A variant's committed state and outputs, without what names the run or the variant."""
+def comparable_outputs(observed: Observed, variant: str) -> dict[str, Any]:
+    """A variant's committed state (both copies) and outputs, without what names the run or the variant."""
+    base = observed.base
 
-    def state(key: str, *dropped: str) -> dict[str, Any]:
-        document = variable_value(variables[key])
+    def state(asset: str, state_key: str, key: str, *dropped: str) -> dict[str, Any]:
+        document = observed.committed(asset, state_key, key)
         return {k: v for k, v in document.items() if k not in {"run_id", "committed_at", "state_path", *dropped}}
 
     def rows(path: Path, *dropped: str) -> list[tuple]:
@@ -374,17 +385,19 @@ def comparable_outputs(base: Path, variant: str, variables: dict[str, Any]) -> d
         return sorted(tuple(str(v) for v in row.values()) for row in table.select(kept).to_pylist())
 
     store = WatermarkStoreHook(str(base / variant / "store"))
-    controller = state(f"wm_controller__{variant}_controller", "controller")
+    controller = state(f"{variant}_streams", "controller_cutoff", f"wm_controller__{variant}_controller", "controller")
     return {
         "controller": controller,
         "watermarks": {
             stream: [(r["lower_ms"], r["upper_ms"], json.dumps(r["stream_cut"])) for r in store.read_history(stream)]
             for stream in controller["watermarks"]
         },
-        "windows": state(f"wm_windows__{variant}_windows", "pipeline"),
+        "windows": state(f"{variant}_orders_15m", "windowed_state", f"wm_windows__{variant}_windows", "pipeline"),
         "panes": rows(base / variant / "orders_15m"),
         "late_events": rows(base / variant / "orders_15m_late"),
-        "partitions": state(f"wm_partitions__{variant}_daily", "pipeline"),
+        "partitions": state(
+            f"{variant}_orders_daily", "partition_state", f"wm_partitions__{variant}_daily", "pipeline"
+        ),
         "partition_rows": rows(base / variant / "orders_daily"),
     }
 
@@ -394,8 +407,8 @@ def check_kill_converged(observed: Observed) -> None:
     for operator in ("controller", "windows", "partitions"):
         assert tries[f"killed_{operator}"] == ("success", 2), tries
         assert tries[f"undisturbed_{operator}"] == ("success", 1), tries
-    killed = comparable_outputs(observed.base, "killed", observed.variables)
-    undisturbed = comparable_outputs(observed.base, "undisturbed", observed.variables)
+    killed = comparable_outputs(observed, "killed")
+    undisturbed = comparable_outputs(observed, "undisturbed")
     assert killed["controller"]["version"] == killed["windows"]["version"] == killed["partitions"]["version"] == 1
     for name in undisturbed:
         assert killed[name] == undisturbed[name], f"after the kill and retry, {name} differs from an undisturbed run"

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.models.variable import Variable
+from airflow.sdk import Asset
 
 from airflow_provider_wm.demo import data
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.controller_watermark import ControllerWatermarkOperator
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 from airflow_provider_wm.state import cutoff_variable_key
-from tests.airflow_helpers import fresh_dag, run_dag, xcom
+from tests.airflow_helpers import asset_state, fresh_dag, run_dag, xcom
 from tests.factories import THIRDS, mark, write_marks, write_segments
 
 HOUR_1_END = data.START + timedelta(hours=1)
@@ -145,3 +147,40 @@ def test_a_missing_marks_path_is_a_round_with_no_marks_and_a_warning_naming_it(a
     captured = capfd.readouterr()
     assert f"marks_path={str(missing)!r} does not exist" in captured.out + captured.err
     assert cutoff("c_nomarks")["processed_marks"] == 0
+
+
+@pytest.mark.slow
+def test_the_asset_state_store_holds_the_cutoff_migrated_from_a_variable_and_unchanged_by_a_failed_run(
+    airflow_db, tmp_path, spark, capfd
+):
+    data.write(tmp_path)
+    broken = tmp_path / "broken-marks"
+    spark.createDataFrame([("orders", "w1")], "stream string, writer_id string").write.parquet(str(broken))
+    asset = Asset(name="c_asset_watermarks", uri=f"file://{tmp_path}/store/streams")
+
+    # a pipeline committed by an older version of the provider: only its Variable holds the cut-off
+    _run, states = run_dag(controller_dag(tmp_path, "c_asset"), HOUR_1_END)
+    assert states == {"controller": "success"} and cutoff("c_asset")["version"] == 1
+
+    run, states = run_dag(controller_dag(tmp_path, "c_asset", asset=asset), HOUR_1_END + timedelta(hours=1))
+    assert states == {"controller": "success"}
+    second = cutoff("c_asset")
+    assert second["version"] == 2 and asset_state(asset.name, "controller_cutoff") == second
+    assert xcom(run, "controller", "cutoff") == second
+    assert "migrated from the Variable wm_controller__c_asset to the asset state store" in "".join(capfd.readouterr())
+
+    # a failed attempt (the Spark job fails) leaves both copies as they were
+    failing = controller_dag(tmp_path, "c_asset", asset=asset, marks_path=str(broken))
+    _run, states = run_dag(failing, HOUR_1_END + timedelta(hours=2))
+    assert states == {"controller": "failed"}
+    assert asset_state(asset.name, "controller_cutoff") == cutoff("c_asset") == second
+
+    # the Variable restored from an older backup: the asset state store (higher version) wins, the run continues
+    # from version 2 and the commit rewrites the Variable
+    Variable.set(cutoff_variable_key("c_asset"), json.dumps({**second, "version": 1}))
+    _run, states = run_dag(controller_dag(tmp_path, "c_asset", asset=asset), HOUR_1_END + timedelta(hours=2))
+    assert states == {"controller": "success"}
+    third = asset_state(asset.name, "controller_cutoff")
+    assert third["version"] == 3 and cutoff("c_asset") == third
+    assert third["processed_until_ms"] > second["processed_until_ms"]
+    assert "the asset state store wins" in "".join(capfd.readouterr())

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -361,3 +362,57 @@ def test_the_page_marks_the_damaged_stream_and_pipeline_and_still_shows_the_heal
     banner = page.locator("#damaged")
     assert banner.get_attribute("data-count") == "3" and banner.is_visible(), banner.inner_text()
     assert "payments" in banner.inner_text() and "daily" in banner.inner_text()
+
+
+def test_a_pipeline_and_a_controller_with_their_state_in_an_asset_state_store_link_to_their_asset_pages(
+    client, served, browser, store, token
+):
+    from airflow.models.asset import AssetModel
+    from airflow.sdk import Asset, task
+    from airflow.utils.session import create_session
+
+    from airflow_provider_wm.state import ControllerCutoff, WindowedState, commit_cutoff, commit_windowed_state
+    from tests.airflow_helpers import fresh_dag, run_dag
+
+    windowed_pipeline(store, "revenue", 1)
+    windowed_pipeline(store, "no_asset", 1)
+    store.write_stream_status("orders", {"stream": "orders", "status": "EMITTED", "controller": "page_controller"})
+    revenue = Asset(name="page_revenue", uri="file:///lake/revenue")
+    streams = Asset(name="page_streams", uri="file:///lake/store/streams")
+    dag = fresh_dag("page_assets")
+    with dag:
+
+        @task(outlets=[revenue, streams])
+        def commit(asset_state_store: Any = None) -> None:  # the operators' own commit path
+            state = WindowedState("revenue", 1, "run1", "2026-01-01T00:00:00+00:00", None, 1000, None, 1000, {})
+            commit_windowed_state(state, None, asset_state_store[revenue])
+            cutoff = ControllerCutoff("page_controller", 1, 5000, "/x", "run1", "2026-01-01T00:00:00+00:00")
+            commit_cutoff(cutoff, None, asset_state_store[streams])
+
+        commit()
+    _run, states = run_dag(dag)
+    assert states == {"commit": "success"}
+    with create_session() as session:
+        ids = {a.name: a.id for a in session.query(AssetModel).filter(AssetModel.name.like("page_%"))}
+
+    rows = overview_rows(client, token)
+    windowed = {row["pipeline"]: row["asset"] for row in rows["windowed_pipelines"]}
+    assert windowed == {
+        "revenue": {"id": ids["page_revenue"], "name": "page_revenue", "uri": "file:///lake/revenue"},
+        "no_asset": None,
+    }
+    orders = next(row for row in rows["streams"] if row["stream"] == "orders")
+    assert orders["asset"] == {"id": ids["page_streams"], "name": "page_streams", "uri": "file:///lake/store/streams"}
+
+    context = browser.new_context()
+    context.add_cookies([{"name": "_token", "value": token, "url": served}])
+    page = context.new_page()
+    page.goto(f"{served}/wm/")
+    page.wait_for_selector("body[data-loaded]", timeout=30_000)
+    link = page.locator("#pipeline-revenue h3 a.asset")
+    assert link.inner_text() == "asset page_revenue" and link.get_attribute("target") == "_top"
+    assert page.evaluate("href => new URL(href, location.href).href", link.get_attribute("href")) == (
+        f"{served}/assets/{ids['page_revenue']}"
+    )
+    assert page.locator("#pipeline-no_asset h3 a.asset").count() == 0
+    assert page.locator("#streams tbody tr[data-stream=orders] a.asset").inner_text() == "asset page_streams"
