@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,6 +43,10 @@ os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "False")
+# One Fernet key for this process and every Airflow subprocess it starts: without it, a process that reads the
+# config before airflow.cfg exists makes up a key of its own, and the asset watchers' trigger kwargs that one
+# process encrypted cannot be read by another (DAG parsing then fails decoding them).
+os.environ.setdefault("AIRFLOW__CORE__FERNET_KEY", Fernet.generate_key().decode())
 # Tests re-parse the example DAGs with a new WM_EXAMPLE_BASE (new asset URIs) seconds apart. By default a
 # serialized DAG written less than 30 s ago is not rewritten, and the API server serves its cached copy for
 # 30 s without checking: a task would then run with the previous test's outlets.
