@@ -24,6 +24,13 @@ A run reads a request (JSON, written by the operator) and:
 5. writes ``manifest.json`` atomically last: panes by timing, events read, too-late and invalid counts,
    the new watermark and the highest event time seen.
 
+**One pass to the totals.** The watermark needs the run's highest event time before any window is decided, so
+a run materialises one small frame (``localCheckpoint``) and reads its totals from it in one Spark job: the
+partials per window on a first run; with stored windows, the partials already merged with them (the too-late and
+invalid rows' counters ride along as rows without a window), so the partials' group-by, the merge and the state's
+scan run once and both writes (panes, state) are projections of that checkpoint. A rollup counts its pane rows
+in the group-by that picks the live panes (grouped apart by reason), so its input is not materialised first.
+
 Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
 or re-run task replaces its own rows. The state is written to a new folder per version.
 

@@ -21,6 +21,9 @@ INVALID_ARRIVAL_FLAG = "wm_invalid_arrival"
 STATE_FLAGS = ("pending", "on_time_fired", "last_pane", "owed")
 """Per window, after its keys, bounds and partials: events since its last firing, whether it fired ON_TIME, its
 last pane and the panes it owes retractions for (rule 4)."""
+RUN_COUNTERS = ("wm_rows", "wm_too_late", "wm_invalid", "wm_invalid_arrival", "wm_max_t")
+"""Per group of :meth:`Events.new_partials`: rows read, too-late and invalid rows, the highest time; summed (the
+highest time: its maximum) over a run's partials, they are the run's totals."""
 JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG)
 """What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")
@@ -32,14 +35,32 @@ def is_open(window_end: Column, horizon: int | None) -> Column:
     return F.lit(True) if horizon is None else window_end > F.lit(horizon)
 
 
+def carried(column: str) -> Column:
+    """The aggregate that carries a :data:`RUN_COUNTERS` column through a group-by (state rows have none)."""
+    return (F.max if column == "wm_max_t" else F.sum)(column).alias(column)
+
+
+def run_totals() -> list[Column]:
+    """The run's totals from its partials (:data:`RUN_COUNTERS`), for :func:`checkpoint_with_totals`."""
+    return [
+        F.sum("wm_rows").alias("events"),
+        F.sum("wm_too_late").alias("too_late"),
+        F.sum("wm_invalid").alias("invalid"),
+        F.sum("wm_invalid_arrival").alias("invalid_arrival"),
+        F.max("wm_max_t").alias("max_t"),
+    ]
+
+
 def checkpoint_with_totals(frame: DataFrame, *totals: Column) -> tuple[DataFrame, Row]:
     """``frame`` materialised once (``localCheckpoint``) and its totals, aggregated from the checkpoint.
 
     Not ``observe``: over Spark Connect a checkpoint does not report observed metrics (pyspark 4.2), and the
-    aggregation reads the checkpoint's blocks, not the input again.
+    aggregation reads the checkpoint's blocks, not the input again. The blocks are coalesced into one task
+    first, so the partial and final aggregation run in one Spark job without a shuffle (the checkpoint holds
+    the small frame after the run's group-by, not the input).
     """
     checkpoint = frame.localCheckpoint()
-    row = checkpoint.agg(*totals).first()
+    row = checkpoint.coalesce(1).agg(*totals).first()
     assert row is not None  # an aggregation without grouping has one row
     return checkpoint, row
 

@@ -3,6 +3,8 @@ decide each window's firing, and build the panes (with retractions) and the next
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -12,7 +14,7 @@ from airflow_provider_wm.core.windowing import (
     Timing,
 )
 from spark_jobs.common import path_exists
-from spark_jobs.windowed.base import STATE_FLAGS, is_open
+from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open
 from spark_jobs.windowed.rollup import Rollup
 
 
@@ -35,7 +37,8 @@ class Firing(Rollup):
             )
         return state
 
-    def with_fresh_flags(self, partials: DataFrame) -> DataFrame:
+    def with_fresh_flags(self, partials: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
+        """The run's partials as windows of the state's columns (then the columns ``carry``)."""
         values = partials.select(self.final_values().alias("v")).schema["v"].dataType
         assert isinstance(values, StructType)
         pane = self.pane_struct_type(values)
@@ -48,6 +51,7 @@ class Firing(Rollup):
             F.lit(False).alias("on_time_fired"),
             F.lit(None).cast(pane).alias("last_pane"),
             F.array().cast(f"array<{pane.simpleString()}>").alias("owed"),
+            *carry,
         )
 
     @staticmethod
@@ -65,12 +69,19 @@ class Firing(Rollup):
             }
         )
 
-    def combine(self, fresh: DataFrame, state: DataFrame | None) -> DataFrame:
-        """Stored windows plus the run's partials: one row per window (rule 4)."""
+    def combine(self, fresh: DataFrame, state: DataFrame | None, carry: Sequence[str] = ()) -> DataFrame:
+        """Stored windows plus the run's partials: one row per window (rule 4). ``carry``: columns of ``fresh``
+        (:data:`~spark_jobs.windowed.base.RUN_COUNTERS`) kept per window, aggregated by
+        :func:`~spark_jobs.windowed.base.carried` (null for a window with stored rows only); a fresh row without
+        a window (too-late or invalid rows, counted there) stays a row without a window."""
         if state is None:
             return fresh
-        both = state.withColumn("wm_old", F.lit(True)).unionByName(fresh.withColumn("wm_old", F.lit(False)))
+        both = state.withColumn("wm_old", F.lit(True)).unionByName(
+            fresh.withColumn("wm_old", F.lit(False)), allowMissingColumns=bool(carry)
+        )
+        counters = [carried(c) for c in carry]
         if self.spec.upstream is not None:  # a rollup's fresh partials are recomputed from the live panes
+            assert not carry, "a rollup's totals come from its pane rows"
             partials = F.max_by(F.struct(*self.partial_columns()), ~F.col("wm_old")).alias("wm_partials")
             return both.groupBy(*self.keys, "window_start", "window_end").agg(
                 partials,
@@ -90,6 +101,7 @@ class Firing(Rollup):
                 F.bool_or("on_time_fired").alias("on_time_fired"),
                 F.first("last_pane", ignorenulls=True).alias("last_pane"),
                 F.flatten(F.collect_list("owed")).alias("owed"),
+                *counters,
             )
         # sessions: a row starts a new group unless it starts at or before the end so far of the key's rows
         ordered = Window.partitionBy(*self.keys).orderBy("window_start", "window_end")
@@ -106,6 +118,7 @@ class Firing(Rollup):
             *self.merge_exprs(),
             F.sum("pending").alias("pending"),  # a session's own pending events, its members' and the new ones
             F.collect_list(F.when(old, member)).alias("wm_members"),
+            *counters,
         )
         only = F.get(F.col("wm_members"), 0)
         same = (F.size("wm_members") == 1) & (only["window_start"] == F.col("window_start"))
@@ -128,6 +141,7 @@ class Firing(Rollup):
             F.when(same, only["on_time_fired"]).otherwise(False).alias("on_time_fired"),
             F.when(same, only["last_pane"]).alias("last_pane"),
             F.when(same, only["owed"]).otherwise(owed_by_members).alias("owed"),
+            *carry,
         )
 
     def decide(self, windows: DataFrame, watermark: int | None) -> DataFrame:

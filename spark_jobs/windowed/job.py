@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
@@ -16,7 +16,14 @@ from airflow_provider_wm.core.windowing import (
     next_watermark,
 )
 from spark_jobs.common import active_session, submit_main
-from spark_jobs.windowed.base import JOB_COLUMNS, RUN_PARTITION, checkpoint_with_totals, is_open
+from spark_jobs.windowed.base import (
+    JOB_COLUMNS,
+    RUN_COUNTERS,
+    RUN_PARTITION,
+    checkpoint_with_totals,
+    is_open,
+    run_totals,
+)
 from spark_jobs.windowed.firing import Firing
 
 
@@ -27,35 +34,23 @@ class Job(Firing):
         """A rollup's fresh windows and live panes, its row counts by reason and the last time of its panes;
         quarantines the invalid and too-late rows."""
         panes = self.read_panes()
-        classified = None
+        classified = None if panes is None else self.classify_panes(panes)
+        fresh, live_after, observed = self.rollup_partials(classified, self.read_live())
         counts: dict[str | None, int] = {}
         max_time = None
-        if panes is not None:
-            reason = F.col("wm_reason")
-            # read once (the later steps group, write and count from it)
-            classified, observed = checkpoint_with_totals(
-                self.classify_panes(panes),
-                F.count(F.lit(1)).alias("rows"),
-                *[F.count(F.when(reason == r.value, 1)).alias(r.value) for r in LateReason],
-                F.max("wm_t").alias("max_t"),  # null on invalid windows
-            )
+        if observed is not None:
             counts = {r.value: int(observed[r.value]) for r in LateReason if observed[r.value]}
             counts[None] = int(observed["rows"]) - sum(counts.values())
             max_time = observed["max_t"]
-            if len(counts) > 1:
-                late = classified.where(reason.isNotNull()).select(
-                    *[
-                        F.col(c).alias(f"upstream_{c}") if c == "run_id" else c
-                        for c in panes.columns
-                        if c != RUN_PARTITION
-                    ],
-                    # a long, also when the session infers partition columns as strings
-                    F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
-                    reason.alias("reason"),
-                    F.lit(self.run_id).alias("run_id"),
-                )
-                self._write_run_partition(late, self.request.late_output)
-        fresh, live_after = self.rollup_partials(classified, self.read_live())
+        if panes is not None and classified is not None and len(counts) > 1:
+            late = classified.where(F.col("wm_reason").isNotNull()).select(
+                *[F.col(c).alias(f"upstream_{c}") if c == "run_id" else c for c in panes.columns if c != RUN_PARTITION],
+                # a long, also when the session infers partition columns as strings
+                F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
+                F.col("wm_reason").alias("reason"),
+                F.lit(self.run_id).alias("run_id"),
+            )
+            self._write_run_partition(late, self.request.late_output)
         if fresh is not None:
             fresh = self.with_fresh_flags(fresh).localCheckpoint()  # one row per window that got rows: small
         return fresh, live_after, counts, max_time
@@ -75,39 +70,34 @@ class Job(Firing):
         fresh: DataFrame | None = None
         max_times: list[int | None] = [self.previous_max_event]
         live_after: DataFrame | None = None
+        state: DataFrame | None = None
+        windows: DataFrame | None = None
         if self.spec.upstream is not None:
             fresh, live_after, counts, max_time = self.rollup_inputs()
             max_times.append(max_time)
         elif events is not None:
             classified = self.classified(events)
-            partials, observed = checkpoint_with_totals(  # one row per (keys, window): small
-                self.new_partials(classified),
-                F.sum("wm_rows").alias("events"),
-                F.sum("wm_too_late").alias("too_late"),
-                F.sum("wm_invalid").alias("invalid"),
-                F.sum("wm_invalid_arrival").alias("invalid_arrival"),
-                F.max("wm_max_t").alias("max_t"),
-            )
-            too_late, invalid = int(observed["too_late"] or 0), int(observed["invalid"] or 0)
-            invalid_arrival = int(observed["invalid_arrival"] or 0)
-            counts = {
-                None: int(observed["events"] or 0) - too_late - invalid - invalid_arrival,
-                LateReason.TOO_LATE.value: too_late,
-                LateReason.INVALID_EVENT_TIME.value: invalid,
-                LateReason.INVALID_ARRIVAL.value: invalid_arrival,
-            }
+            partials = self.new_partials(classified)
+            state = self.read_state()
+            if state is None:
+                checkpoint, observed = checkpoint_with_totals(partials, *run_totals())  # one row per (keys, window)
+                fresh = self.with_fresh_flags(checkpoint.where(F.col("window_start").isNotNull()))
+            else:
+                # merged with the stored windows before the checkpoint, the run's counters carried per window: the
+                # totals and both writes read one checkpoint, and the partials' group-by and the merge's shuffle
+                # run in one pass (the windows: one row per open window or window of the run)
+                merged = self.combine(self.with_fresh_flags(partials, RUN_COUNTERS), state, RUN_COUNTERS)
+                checkpoint, observed = checkpoint_with_totals(merged, *run_totals())
+                windows = checkpoint.where(F.col("window_start").isNotNull()).drop(*RUN_COUNTERS)
+            counts = self.event_counts(observed)
             max_times.append(observed["max_t"])
-            if too_late or invalid or invalid_arrival:
+            if any(n for reason, n in counts.items() if reason is not None):
                 late = classified.where(F.col("wm_reason").isNotNull()).select(
                     *[c for c in events.columns if c not in JOB_COLUMNS],
                     F.col("wm_reason").alias("reason"),
                     F.lit(self.run_id).alias("run_id"),
                 )
                 self._write_run_partition(late, request.late_output)
-            accepted = partials.where(F.col("window_start").isNotNull()).drop(
-                "wm_rows", "wm_too_late", "wm_invalid", "wm_invalid_arrival", "wm_max_t"
-            )
-            fresh = self.with_fresh_flags(accepted)
         seen = [v for v in max_times if v is not None]
         max_event_time = max(seen) if seen else None
         watermark = self.watermark(max_event_time)
@@ -120,12 +110,14 @@ class Job(Firing):
                 raise ValueError("a rollup's request needs live_out")
             kept.drop("wm_target_end").write.mode("overwrite").parquet(request.live_out)
             live_path = request.live_out
-        state = self.read_state()
-        if fresh is None and state is None:
-            return self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
-        windows = self.combine(fresh, state) if fresh is not None else state
+        if windows is None:
+            if events is None:  # the events path has read it
+                state = self.read_state()
+            if fresh is None and state is None:
+                return self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
+            windows = self.combine(fresh, state) if fresh is not None else state
         assert windows is not None
-        # decided twice (panes, state) from small frames: cheaper than materialising it in between
+        # decided twice (panes, state) from a checkpoint, or from the state alone: a projection of its one input
         decided = self.decide(windows, watermark)
         self._write_run_partition(self.panes(decided, watermark), request.output)
         fired_counts = Observation("fired")
@@ -140,6 +132,18 @@ class Job(Firing):
         self.next_state(counted).write.mode("overwrite").parquet(request.state_out)
         fired = fired_counts.get
         return self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
+
+    @staticmethod
+    def event_counts(observed: Row) -> dict[str | None, int]:
+        """The run's rows by reason (``None``: accepted) from its totals (:func:`run_totals`)."""
+        too_late, invalid = int(observed["too_late"] or 0), int(observed["invalid"] or 0)
+        invalid_arrival = int(observed["invalid_arrival"] or 0)
+        return {
+            None: int(observed["events"] or 0) - too_late - invalid - invalid_arrival,
+            LateReason.TOO_LATE.value: too_late,
+            LateReason.INVALID_EVENT_TIME.value: invalid,
+            LateReason.INVALID_ARRIVAL.value: invalid_arrival,
+        }
 
     def _manifest(
         self,

@@ -3,7 +3,7 @@ live pane of each upstream window, and recomputes the partials of the windows th
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
@@ -14,7 +14,7 @@ from airflow_provider_wm.core.windowing import (
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
 from spark_jobs.common import path_exists, read_dataset
-from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, is_open
+from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
 from spark_jobs.windowed.events import Events
 
 
@@ -86,17 +86,22 @@ class Rollup(Events):
 
     def rollup_partials(
         self, classified: DataFrame | None, live: DataFrame | None
-    ) -> tuple[DataFrame | None, DataFrame | None]:
+    ) -> tuple[DataFrame | None, DataFrame | None, Row | None]:
         """Pick each upstream window's live pane and recompute the partials of the windows that got rows.
 
-        Returns the fresh windows (partials and ``wm_events``, as :meth:`with_fresh_flags` takes them) and the
-        live panes after the run (``wm_target_end``: the end of the window they belong to)."""
+        Returns the fresh windows (partials and ``wm_events``, as :meth:`with_fresh_flags` takes them), the
+        live panes after the run (``wm_target_end``: the end of the window they belong to) and, when pane rows
+        were read, their totals: ``rows``, one count per ``LateReason`` and ``max_t`` (the last time of their
+        windows). The rows of every reason go through the group-by that picks the live panes, apart (grouped by
+        reason as well) and counted there, so the totals come from its checkpoint: the pane rows are read by
+        that one pass (and by the fresh windows' group-by), not materialised first."""
         assert self.spec.upstream is not None
         keys = self.keys
+        rows: DataFrame | None = None
         fresh_rows: DataFrame | None = None
         if classified is not None:
             values = self.value_columns(classified.drop("wm_reason", "wm_t"))
-            fresh_rows = classified.where(F.col("wm_reason").isNull()).select(
+            columns: list[Column | str] = [
                 *keys,
                 F.col("window_start").cast("long").alias("window_start"),
                 F.col("window_end").cast("long").alias("window_end"),
@@ -104,26 +109,44 @@ class Rollup(Events):
                 F.col("retraction").cast("boolean").alias("retraction"),
                 F.col(RUN_PARTITION).cast("long").alias("upstream_run"),
                 *values,
-            )
-        candidates = fresh_rows if live is None else live if fresh_rows is None else live.unionByName(fresh_rows)
+            ]
+            fresh_rows = classified.where(F.col("wm_reason").isNull()).select(*columns)
+            rows = classified.select(*columns, "wm_reason", "wm_t", F.lit(True).alias("wm_read"))
+        candidates = (
+            rows if live is None else live if rows is None else live.unionByName(rows, allowMissingColumns=True)
+        )
         if candidates is None:
-            return None, None
+            return None, None, None
         identity = [*keys, "window_start", "window_end"]
         if self.spec.upstream.accumulation is Accumulation.DISCARDING:
             identity.append("pane_index")
-        others = [c for c in candidates.columns if c not in identity]
+        counters = ("wm_reason", "wm_t", "wm_read")
+        others = [c for c in candidates.columns if c not in (*identity, *counters)]
         rank = F.struct("upstream_run", "pane_index", ~F.col("retraction"))
+        picked = F.max_by(F.struct(*others), rank).alias("wm_winner")
+        totals: Row | None = None
+        if rows is None:
+            grouped = candidates.groupBy(*identity).agg(picked)
+        else:
+            reason = F.col("wm_reason")
+            # the live and accepted rows of a window compete; the rows of each reason form groups of their own
+            grouped, totals = checkpoint_with_totals(
+                candidates.groupBy(*identity, "wm_reason").agg(
+                    picked, F.count("wm_read").alias("wm_rows"), F.max("wm_t").alias("wm_max_t")
+                ),
+                F.coalesce(F.sum("wm_rows"), F.lit(0)).alias("rows"),
+                *[F.sum(F.when(reason == r.value, F.col("wm_rows"))).alias(r.value) for r in LateReason],
+                F.max("wm_max_t").alias("max_t"),  # null on invalid windows
+            )  # one row per upstream window: the panes of a run
+            grouped = grouped.where(reason.isNull())
         winners = (
-            candidates.groupBy(*identity)
-            .agg(F.max_by(F.struct(*others), rank).alias("wm_winner"))
-            .select(*identity, *[F.col(f"wm_winner.{c}").alias(c) for c in others])
+            grouped.select(*identity, *[F.col(f"wm_winner.{c}").alias(c) for c in others])
             .where(~F.col("retraction"))
             .select(*keys, "window_start", "window_end", *LIVE_META, *[c for c in others if c not in LIVE_META])
         )
         target_start, target_end = self.target_bounds(F.col("window_start"), F.col("window_end"))
         if fresh_rows is None:
-            return None, winners.withColumn("wm_target_end", target_end)
-        winners = winners.localCheckpoint()  # the fresh windows and the live snapshot both read it: panes, small
+            return None, winners.withColumn("wm_target_end", target_end), None
         live_after = winners.withColumn("wm_target_end", target_end)
         arrived = fresh_rows.select(
             *keys,
@@ -153,4 +176,4 @@ class Rollup(Events):
                 "wm_events",
             )
         )
-        return fresh, live_after
+        return fresh, live_after, totals
