@@ -59,7 +59,7 @@ def test_make_airflow_replays_every_example_without_a_failed_run_and_sigterm_sto
         "WM_SPARK_CONNECT_URL": f"sc://127.0.0.1:{connect_port}",
         # the demo's last hour is held back (its watermark never passes the hour's end): its sensors give up
         # (soft_fail, the run succeeds) after this instead of the examples' ten minutes
-        "WM_EXAMPLE_SENSOR_TIMEOUT": "90",
+        "WM_EXAMPLE_SENSOR_TIMEOUT": "45",
     }
     with running_standalone(tmp_path, env) as airflow:
         periodic = {dag["dag_id"] for dag in example_dags(airflow.api) if dag["timetable_periodic"]}
