@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 from airflow_provider_wm.core.monitoring import downsample_lag, format_duration, partition_strip
 from airflow_provider_wm.core.names import split_label, watermark_label
 from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState
+from airflow_provider_wm.core.times import format_ms
 from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook, validate_name
 
-__all__ = ["WINDOWED_RUNS_SHOWN", "overview", "stream_history"]
+__all__ = ["WINDOWED_RUNS_SHOWN", "flag_lagging", "overview", "stream_history"]
 
 WINDOWED_RUNS_SHOWN = 30
 
@@ -56,6 +57,7 @@ def overview(store: WatermarkStoreHook, now_ms: int) -> dict[str, Any]:
             windowed.append(_guarded(path, _windowed_shell(pipeline), _windowed_row, store, pipeline, document))
         elif "units" in document and "spec" in document:
             partitioned.append(_guarded(path, _partitions_shell(pipeline), _partitions_row, pipeline, document))
+    flag_lagging(streams, {row["pipeline"]: row for row in [*partitioned, *windowed]})
     return {
         "store": store.base_path,
         "now_ms": now_ms,
@@ -82,6 +84,62 @@ def stream_history(store: WatermarkStoreHook, stream: str, max_points: int) -> d
         "entries": len(entries),
         "points": [{"t": p.computed_at_ms, "lower_ms": p.lower_ms, "lag_ms": p.lag_ms} for p in points],
     }
+
+
+def flag_lagging(streams: list[dict[str, Any]], pipelines: dict[str, dict[str, Any]]) -> None:
+    """Add to each stream row how far it is behind its pipeline's expected progress and, for a derived stream,
+    behind its upstream (with the reason the store knows); O(1) per row, from what the rows already hold.
+
+    Expected progress (``expected_ms``) is the logical time of the latest round that computed the stream: its
+    controller's committed cut-off (``status.json``'s ``checked_at_ms``, the round's ``processed_until_ms``) or,
+    for a pipeline's output, the round time its watermark was computed at (``computed_at_ms``). So on replayed
+    January data a stream whose watermark is 5 minutes behind its January round reads "behind expected by 5m",
+    whatever the wall-clock lag. A derived stream (``upstream`` set; a merged one lists several, its bound is
+    their smallest) whose lower time is below its upstream's gets ``behind_upstream_ms`` and ``behind_reason``,
+    e.g. ``3h behind clicks: pipeline sessions last ran at 2026-01-05T09:00:00Z; clicks has been computed up to
+    2026-01-05T12:00:00Z since``.
+    """
+    rows = {row["stream"]: row for row in streams}
+    for row in streams:
+        expected = max((t for t in (row.get("checked_at_ms"), row.get("computed_at_ms")) if isinstance(t, int)),
+                       default=None)  # fmt: skip
+        row["expected_ms"] = expected
+        behind = None if expected is None or row["lower_ms"] is None else max(expected - row["lower_ms"], 0)
+        row["behind_expected_ms"] = behind
+        row["behind_expected"] = "-" if behind is None else format_duration(behind)
+        row["behind_upstream_ms"] = row["behind_reason"] = None
+    for row in streams:
+        names = [name.strip() for name in str(row.get("upstream") or "").split(",") if name.strip()]
+        upstreams = [rows[name] for name in names if name in rows and rows[name]["lower_ms"] is not None]
+        if not upstreams or row["lower_ms"] is None:
+            continue
+        bound = min(up["lower_ms"] for up in upstreams)
+        if row["lower_ms"] >= bound:
+            continue
+        row["behind_upstream_ms"] = bound - row["lower_ms"]
+        lowest = min(upstreams, key=lambda up: up["lower_ms"])
+        row["behind_reason"] = (
+            f"{format_duration(bound - row['lower_ms'])} behind {lowest['stream']}: "
+            f"{_lag_cause(row, lowest, pipelines.get(str(row.get('pipeline'))))}"
+        )
+
+
+def _lag_cause(row: dict[str, Any], upstream: dict[str, Any], pipeline: dict[str, Any] | None) -> str:
+    """Why a derived stream trails its upstream, from its pipeline's last outcome in the store."""
+    name = row.get("pipeline") or "its pipeline"
+    if pipeline is not None and pipeline.get("error"):
+        return f"the state of pipeline {name} is damaged ({pipeline['error']})"
+    failed = (pipeline or {}).get("failed") or []
+    if failed:
+        return f"the last run of pipeline {name} failed {len(failed)} partition(s): {', '.join(map(str, failed[:3]))}"
+    ran, up_ran = row.get("expected_ms"), upstream.get("expected_ms")
+    if ran is not None and up_ran is not None and ran < up_ran:
+        return (
+            f"pipeline {name} last ran at {format_ms(ran)}; {upstream['stream']} has been computed up to "
+            f"{format_ms(up_ran)} since"
+        )
+    at = "" if ran is None else f" at {format_ms(ran)}"
+    return f"pipeline {name} ran{at} and its watermark stayed at {format_ms(row['lower_ms'])}"
 
 
 def _reason(error: BaseException) -> str:
@@ -154,6 +212,7 @@ def _stream_row(store: WatermarkStoreHook, stream: str, wm_key: str | None, now_
         "upper_ms": record.get("upper_ms"),
         "lag_ms": None if lower is None else now_ms - lower,
         "lag": "-" if lower is None else format_duration(now_ms - lower),
+        "computed_at_ms": record.get("computed_at_ms"),
         "last_advanced_ms": record.get("published_at_ms"),
         "stream_cut": record.get("stream_cut"),
         "pipeline": record.get("pipeline"),

@@ -1,0 +1,83 @@
+"""How far each stream is behind its expected progress and a derived stream behind its upstream, read from a
+real store written by the hook (the page's overview, no Airflow)."""
+
+from __future__ import annotations
+
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.plugins.views import overview
+
+JAN = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+MIN, HOUR = 60_000, 3_600_000
+NOW = JAN + 322 * 24 * HOUR  # the wall clock, months after the data
+
+
+def controller_stream(store: WatermarkStoreHook, stream: str, lower: int, round_ms: int) -> None:
+    store.publish({"stream": stream, "lower_ms": lower, "upper_ms": lower, "computed_at_ms": round_ms,
+                   "controller": "marks"})  # fmt: skip
+    store.write_stream_status(stream, {"stream": stream, "controller": "marks", "checked_at_ms": round_ms})
+
+
+def derived_stream(store: WatermarkStoreHook, stream: str, lower: int, round_ms: int, upstream: str) -> None:
+    store.publish({"stream": stream, "lower_ms": lower, "upper_ms": lower, "computed_at_ms": round_ms,
+                   "pipeline": stream, "upstream": upstream})  # fmt: skip
+
+
+def rows(store: WatermarkStoreHook) -> dict:
+    return {row["stream"]: row for row in overview(store, NOW)["streams"]}
+
+
+def test_a_stream_is_behind_its_controllers_latest_round_not_the_wall_clock(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    controller_stream(store, "clicks", JAN + 12 * HOUR, JAN + 12 * HOUR + 5 * MIN)
+    store.write_stream_status("clicks", {"controller": "marks", "checked_at_ms": JAN + 13 * HOUR})  # no advance
+    clicks = rows(store)["clicks"]
+    assert clicks["lag"] == "321d 12h"  # wall-clock: tells nothing on replayed data
+    assert (clicks["expected_ms"], clicks["behind_expected"]) == (JAN + 13 * HOUR, "1h")
+    assert clicks["behind_upstream_ms"] is None and clicks["behind_reason"] is None
+
+
+def test_a_derived_stream_that_has_not_run_since_its_upstream_advanced_is_flagged_with_why(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    controller_stream(store, "clicks", JAN + 12 * HOUR, JAN + 12 * HOUR)
+    derived_stream(store, "sessions", JAN + 9 * HOUR, JAN + 9 * HOUR, "clicks")
+    sessions = rows(store)["sessions"]
+    assert sessions["behind_upstream_ms"] == 3 * HOUR and sessions["behind_expected"] == "0s"
+    assert sessions["behind_reason"] == (
+        "3h behind clicks: pipeline sessions last ran at 2026-01-01T09:00:00.000Z; clicks has been computed up "
+        "to 2026-01-01T12:00:00.000Z since"
+    )
+
+
+def test_a_derived_stream_that_ran_but_did_not_advance_says_so(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    controller_stream(store, "clicks", JAN + 12 * HOUR, JAN + 12 * HOUR)
+    derived_stream(store, "sessions", JAN + 11 * HOUR, JAN + 12 * HOUR, "clicks")
+    sessions = rows(store)["sessions"]
+    assert sessions["behind_expected"] == "1h"
+    assert sessions["behind_reason"] == (
+        "1h behind clicks: pipeline sessions ran at 2026-01-01T12:00:00.000Z and its watermark stayed at "
+        "2026-01-01T11:00:00.000Z"
+    )
+
+
+def test_a_derived_stream_whose_pipeline_failed_partitions_names_them(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    controller_stream(store, "clicks", JAN + 12 * HOUR, JAN + 12 * HOUR)
+    derived_stream(store, "sessions", JAN + 11 * HOUR, JAN + 12 * HOUR, "clicks")
+    failed = ["2026-01-01T11:00:00Z/eu"]
+    store.write_pipeline_state("sessions", {"units": [], "spec": {}, "state": {}, "last_summary": {"failed": failed}})
+    assert rows(store)["sessions"]["behind_reason"] == (
+        "1h behind clicks: the last run of pipeline sessions failed 1 partition(s): 2026-01-01T11:00:00Z/eu"
+    )
+
+
+def test_a_merged_stream_is_measured_against_its_slowest_upstream_and_level_is_not_flagged(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    controller_stream(store, "clicks", JAN + 12 * HOUR, JAN + 12 * HOUR)
+    controller_stream(store, "views", JAN + 10 * HOUR, JAN + 12 * HOUR)
+    derived_stream(store, "joined", JAN + 10 * HOUR, JAN + 12 * HOUR, "clicks, views")
+    derived_stream(store, "late_join", JAN + 9 * HOUR, JAN + 12 * HOUR, "clicks, views")
+    found = rows(store)
+    assert found["joined"]["behind_upstream_ms"] is None  # level with views, the slower of its two upstreams
+    assert found["late_join"]["behind_upstream_ms"] == HOUR
+    assert found["late_join"]["behind_reason"].startswith("1h behind views: ")
