@@ -95,7 +95,8 @@ def flag_lagging(streams: list[dict[str, Any]], pipelines: dict[str, dict[str, A
     for a pipeline's output, the round time its watermark was computed at (``computed_at_ms``). So on replayed
     January data a stream whose watermark is 5 minutes behind its January round reads "behind expected by 5m",
     whatever the wall-clock lag. A derived stream (``upstream`` set; a merged one lists several, its bound is
-    their smallest) whose lower time is below its upstream's gets ``behind_upstream_ms`` and ``behind_reason``,
+    their smallest) whose lower time is below its upstream's gets ``behind_upstream_ms`` and ``behind_reason``
+    (not a window aggregate whose input watermark has reached the upstream's: its output waits for windows to end),
     e.g. ``3h behind clicks: pipeline sessions last ran at 2026-01-05T09:00:00Z; clicks has been computed up to
     2026-01-05T12:00:00Z since``.
     """
@@ -114,13 +115,14 @@ def flag_lagging(streams: list[dict[str, Any]], pipelines: dict[str, dict[str, A
         if not upstreams or row["lower_ms"] is None:
             continue
         bound = min(up["lower_ms"] for up in upstreams)
-        if row["lower_ms"] >= bound:
-            continue
+        pipeline = pipelines.get(str(row.get("pipeline")))
+        consumed = (pipeline or {}).get("watermark_ms")  # a windowed pipeline's input watermark
+        if row["lower_ms"] >= bound or (isinstance(consumed, int) and consumed >= bound):
+            continue  # level, or a window aggregate that has read all its upstream and waits for windows to end
         row["behind_upstream_ms"] = bound - row["lower_ms"]
         lowest = min(upstreams, key=lambda up: up["lower_ms"])
         row["behind_reason"] = (
-            f"{format_duration(bound - row['lower_ms'])} behind {lowest['stream']}: "
-            f"{_lag_cause(row, lowest, pipelines.get(str(row.get('pipeline'))))}"
+            f"{format_duration(bound - row['lower_ms'])} behind {lowest['stream']}: {_lag_cause(row, lowest, pipeline)}"
         )
 
 

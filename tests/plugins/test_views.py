@@ -81,3 +81,15 @@ def test_a_merged_stream_is_measured_against_its_slowest_upstream_and_level_is_n
     assert found["joined"]["behind_upstream_ms"] is None  # level with views, the slower of its two upstreams
     assert found["late_join"]["behind_upstream_ms"] == HOUR
     assert found["late_join"]["behind_reason"].startswith("1h behind views: ")
+
+
+def test_a_window_aggregate_that_has_read_all_its_upstream_is_not_behind_while_its_window_is_open(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    controller_stream(store, "clicks", JAN + 11 * HOUR + 55 * MIN, JAN + 12 * HOUR)
+    derived_stream(store, "clicks_15m", JAN + 11 * HOUR + 45 * MIN, JAN + 12 * HOUR, "clicks")
+    derived_stream(store, "clicks_1h", JAN + 10 * HOUR, JAN + 12 * HOUR, "clicks")
+    for pipeline, consumed in (("clicks_15m", JAN + 11 * HOUR + 55 * MIN), ("clicks_1h", JAN + 10 * HOUR + 30 * MIN)):
+        store.write_pipeline_state(pipeline, {"kind": "windowed", "version": 1, "watermark_ms": consumed})
+    found = rows(store)
+    assert found["clicks_15m"]["behind_upstream_ms"] is None  # 11:45 is the last window end before 11:55
+    assert found["clicks_1h"]["behind_upstream_ms"] == 115 * MIN  # it read clicks only up to 10:30
