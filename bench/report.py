@@ -31,8 +31,8 @@ def _seconds(value: float) -> str:
 def _controller(document: dict[str, Any]) -> str:
     labels = {"round_1": "first (no state)", "round_2": "steady state (with stored state)"}
     lines = [
-        f"From `bench/results/{document['benchmark']}.json` (`--marks {document['marks']}`"
-        f"{' --sequenced' if document.get('sequenced') else ''}, {document['writers']:,} writers, best of "
+        f"From `bench/results/{document['benchmark']}.json` (`--marks {document['marks']}"
+        f"{' --sequenced' if document.get('sequenced') else ''}`, {document['writers']:,} writers, best of "
         f"{document['repeat']}, {document['mode']}):",
         "",
         "| round | marks | job | jobs / stages | floor | jobs / stages | ratio |",

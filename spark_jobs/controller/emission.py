@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
     LongType,
-    MapType,
-    StringType,
     StructType,
 )
 
@@ -24,7 +21,7 @@ from spark_jobs.common import (
     read_dataset,
 )
 from spark_jobs.controller.acceptance import time_goes_back
-from spark_jobs.controller.marks import invalid_key, with_key
+from spark_jobs.controller.marks import invalid_key, is_known, known_segments, with_key
 from spark_jobs.controller.schemas import (
     DEFERRED,
     KEYS,
@@ -35,19 +32,7 @@ from spark_jobs.controller.schemas import (
     VALUE,
 )
 
-__all__ = ["known_segments", "read_state", "stream_results", "writer_rounds"]
-
-
-def known_segments(segments: dict[str, dict[int, Segment]]) -> Column:
-    """The valid segment ids per stream as a literal ``map<stream, array<segment_id>>``: the segments are on
-    the driver already (:func:`~spark_jobs.controller.marks.read_segments`), and a literal costs no Spark job
-    where a broadcast join would cost one."""
-    entries = [
-        part
-        for stream, by_id in sorted(segments.items())
-        for part in (F.lit(stream), F.array(*[F.lit(i) for i in sorted(by_id)]).cast(ArrayType(LongType())))
-    ]
-    return F.create_map(*entries).cast(MapType(StringType(), ArrayType(LongType())))
+__all__ = ["read_state", "stream_results", "writer_rounds"]
 
 
 def writer_rounds(
@@ -75,8 +60,7 @@ def writer_rounds(
     """
     tag = F.col("tag")
     value = tag == VALUE
-    known = F.element_at(known_segments(segments), F.col("stream"))
-    unknown_segment = ~F.coalesce(F.array_contains(known, F.col("segment_id")), F.lit(False))
+    unknown_segment = ~is_known(known_segments(segments), F.col("segment_id"))
     bad_offsets = (F.col("min_offset") < 0) | (F.col("null_offsets") > 0)
     stored = writers0.select(
         *KEYS,

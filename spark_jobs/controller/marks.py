@@ -6,6 +6,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    MapType,
+    StringType,
     StructType,
 )
 
@@ -39,7 +43,9 @@ __all__ = [
     "count_marks",
     "in_round",
     "invalid_key",
+    "is_known",
     "is_sequenced",
+    "known_segments",
     "nullable_key",
     "read_marks",
     "read_segments",
@@ -108,6 +114,23 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, 
         SEGMENTS_SCHEMA,
     )
     return frame, by_stream, invalid
+
+
+def known_segments(segments: dict[str, dict[int, Segment]]) -> Column:
+    """The valid segment ids per stream as a literal ``map<stream, array<segment_id>>``: the segments are on
+    the driver already (:func:`read_segments`), and a literal costs no Spark job
+    where a broadcast join would cost one."""
+    entries = [
+        part
+        for stream, by_id in sorted(segments.items())
+        for part in (F.lit(stream), F.array(*[F.lit(i) for i in sorted(by_id)]).cast(ArrayType(LongType())))
+    ]
+    return F.create_map(*entries).cast(MapType(StringType(), ArrayType(LongType())))
+
+
+def is_known(known: Column, segment_id: Column) -> Column:
+    """Whether ``segment_id`` is a valid segment of the row's ``stream`` (``known``: :func:`known_segments`)."""
+    return F.coalesce(F.array_contains(F.element_at(known, F.col("stream")), segment_id), F.lit(False))
 
 
 def row_local_reason(*, cheap_only: bool = False) -> Column:
