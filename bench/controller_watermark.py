@@ -10,9 +10,11 @@ The floor of each round is what any implementation must compute, written nativel
 ``reported_at_ms``) and the previous writers' state; per (stream, writer) the latest mark by reported time
 (``max_by``), written as the new writers' state; per stream the min of the writers' times; per (stream,
 segment) the max offset over the writers' exploded positions. It does not validate, quarantine, time writers
-out or order sequences: the job's extra work over it is what the ratio shows. Each run prints its seconds
-(best of ``--repeat``), Spark jobs and stages, writes ``bench/results/controller_watermark.json`` (or
-``--output``) and ends with ``ratio=<the worst job/floor ratio of the two rounds>``. Optionally a fraction
+out or order sequences: the job's extra work over it is what the ratio shows. Job and floor run alternately
+(``timing.compare``); each run prints its seconds (best of ``--repeat``), Spark jobs and stages, and the
+job's longest Spark jobs, writes ``bench/results/controller_watermark.json`` (or ``--output``, with every
+Spark job of the job's fastest call: its call site and seconds) and ends with ``ratio=<the worst job/floor
+ratio of the two rounds>``. Optionally a fraction
 of bad rows (negative times) exercises the quarantine path.
 
 With ``--sequenced`` every mark carries a sequence number (origin = writer, one chunk per sequence), and
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from timing import measure, write_results
+from timing import compare, write_results
 
 from airflow_provider_wm.contracts import ControllerRequest
 from spark_jobs.controller import run as run_round
@@ -202,14 +204,14 @@ def main() -> None:
                 )
 
             floor()  # warm the file cache for both
-            job_m = measure(spark, args.repeat, job)
-            floor_m = measure(spark, args.repeat, floor)
+            job_m, floor_m = compare(spark, args.repeat, job, floor)
             ratio = job_m.seconds / floor_m.seconds
             results[key] = {"marks": n, "job": job_m.as_dict(), "floor": floor_m.as_dict(), "ratio": ratio}
             print(
                 f"{name:<34} {n:>12,} {job_m.seconds:>7.2f} {job_m.jobs:>5} {job_m.stages:>6}"
                 f" {floor_m.seconds:>8.2f} {floor_m.jobs:>5} {floor_m.stages:>6} {ratio:>6.2f}"
             )
+            print(job_m.summary())
         worst = max(r["ratio"] for r in results.values())
         document = {
             "mode": f"classic session, {args.master}",

@@ -20,6 +20,9 @@ PAGE = ROOT / "docs" / "benchmarks.md"
 CONTROLLER_TARGET = 2.5
 """The controller job's target: at most this many times its native floor (``bench/controller_watermark.py``)."""
 
+CONTROLLER_SEQUENCED_TARGET = 4.0
+"""The same with every mark sequenced (``--sequenced``): gap-free progress is work the floor does not do."""
+
 
 def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
@@ -28,14 +31,15 @@ def _seconds(value: float) -> str:
 def _controller(document: dict[str, Any]) -> str:
     labels = {"round_1": "first (no state)", "round_2": "steady state (with stored state)"}
     lines = [
-        f"From `bench/results/{document['benchmark']}.json` (`--marks {document['marks']}`"
-        f"{' --sequenced' if document.get('sequenced') else ''}, {document['writers']:,} writers, best of "
+        f"From `bench/results/{document['benchmark']}.json` (`--marks {document['marks']}"
+        f"{' --sequenced' if document.get('sequenced') else ''}`, {document['writers']:,} writers, best of "
         f"{document['repeat']}, {document['mode']}):",
         "",
         "| round | marks | job | jobs / stages | floor | jobs / stages | ratio |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     missed = []
+    target = CONTROLLER_SEQUENCED_TARGET if document.get("sequenced") else CONTROLLER_TARGET
     for key, row in document["rounds"].items():
         job, floor = row["job"], row["floor"]
         lines.append(
@@ -43,10 +47,10 @@ def _controller(document: dict[str, Any]) -> str:
             f"{job['stages']} | {_seconds(floor['seconds'])} | {floor['jobs']} / {floor['stages']} | "
             f"{row['ratio']:.2f} |"
         )
-        if row["ratio"] > CONTROLLER_TARGET:
+        if row["ratio"] > target:
             missed.append(labels.get(key, key))
     verdict = "met" if not missed else "missed by: " + ", ".join(missed)
-    lines += ["", f"Target: ratio <= {CONTROLLER_TARGET:g} in every round; {verdict}."]
+    lines += ["", f"Target: ratio <= {target:g} in every round; {verdict}."]
     return "\n".join(lines)
 
 

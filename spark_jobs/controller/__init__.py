@@ -9,27 +9,29 @@ Plan, chosen so that the marks are scanned once in the common case:
    positions into a hash aggregation per ``(stream, writer, segment)`` of primitive columns only
    (min/max time, min/max offset, min/max report time, mark count). The result has one row per writer
    and segment, so everything after it is small.
-2. *Suspect writers.* From those aggregates and the stored state, a writer whose marks might be rejected
-   (earliest time below its stored time, lowest offset below a stored offset, unknown segment, shutdown
-   of an unknown writer) is a suspect. For every other writer, all sane marks are accepted, and the
-   aggregates are exactly what the rules need.
-3. *Exact path* (only when there are bad rows or suspects): a second scan keeps bad rows and the
-   suspects' marks, decides each mark exactly, writes the bad ones to the quarantine with their reason,
-   and re-aggregates the suspects' accepted marks.
-4. Writer states, participation, emission and the stream cut run on the small frames: the writers' state is
-   written and read back, one query gives every watermark's verdict and the highest offset per segment, and
-   the driver completes the cut with ``core.segments.upper_bound`` and ``complete_cut`` (streams x
-   segments rows).
+2. *One row per writer.* A second aggregation of those aggregates together with the stored writers (a
+   union, not a join) gives each writer's next state, participation and round figures, and the checks: a
+   writer whose marks might be rejected (earliest time below its stored time, lowest offset below a stored
+   offset, unknown segment, shutdown of an unknown writer) is a suspect. For every other writer, all sane
+   marks are accepted, and the aggregates are exactly what the rules need. This frame is checkpointed.
+3. *Verdicts.* One aggregation of the previous streams' state and the writers' rows gives every
+   watermark's verdict, the highest offset per segment and the checks per watermark, collected at once; the
+   driver completes the cut with ``core.segments.upper_bound`` and ``complete_cut`` (streams x segments
+   rows).
+4. *Exact path* (only when there are bad rows, bad names or suspects): a second scan keeps bad rows and the
+   suspects' marks, decides each mark exactly, writes the bad ones to the quarantine with their reason, and
+   re-aggregates the suspects' accepted marks; steps 2 and 3 then run again on the exact aggregates.
 
 Modules, in the order a round uses them: :mod:`.schemas`, :mod:`.marks` (read, sanity, the fast path's
-scan), :mod:`.progress` (gap-free progress), :mod:`.acceptance` (suspects and exact decisions),
-:mod:`.emission` (writers' state, participation, verdicts), :mod:`.cut`, :mod:`.job` (the round).
+scan), :mod:`.progress` (gap-free progress), :mod:`.acceptance` (the checks and exact decisions),
+:mod:`.emission` (writers' rows, participation, verdicts), :mod:`.cut`, :mod:`.job` (the round).
 
 Spark actions are the fixed cost of a small round (a few hundred milliseconds each, most of a round over
-Spark Connect), so each one is accounted for: a round with no sequenced and no bad mark runs seven (the
-segments, one count over the report-time and progress columns, the scan, the round's checks, the writers'
-state, the verdicts, the streams' state); the exact path, gap-free progress and a previous progress state
-add their own.
+Spark Connect), so each one is accounted for: a round with no sequenced and no bad mark runs six (the
+segments, one count over the report-time and progress columns, the writers' rows, the verdicts, the writers'
+state, the streams' state), besides reading the schema of each dataset; the exact path, gap-free progress and
+a previous progress state add their own. Spark runs each shuffle of an action as a job of its own: fifteen
+jobs in a steady round (``bench/controller_watermark.py``).
 
 Outputs: the next controller state (``writers/``, ``streams/`` Parquet), the quarantine of bad and
 rejected marks with a ``reason``, and ``manifest.json`` written atomically last.

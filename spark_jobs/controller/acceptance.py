@@ -3,6 +3,7 @@ be rejected, the exact decision for their marks, and the round's accepted aggreg
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,25 +12,26 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     LongType,
-    StringType,
 )
 
 from airflow_provider_wm.core.controller import (
     Quarantine,
     Rejection,
 )
-from spark_jobs.controller.marks import aggregate_marks, invalid_key, nullable_key, row_local_reason
+from spark_jobs.controller.marks import aggregate_marks, nullable_key, row_local_reason
 from spark_jobs.controller.progress import Progress
-from spark_jobs.controller.schemas import DEFERRED, KEYS, MARKS_SCHEMA, SHUTDOWN, STREAM_KEYS, STREAM_NAME_REGEX, VALUE
+from spark_jobs.controller.schemas import DEFERRED, KEYS, MARKS_SCHEMA, SHUTDOWN, STREAM_KEYS, VALUE
 
 __all__ = [
     "Accepted",
-    "accept_marks",
+    "Flags",
+    "accept_exactly",
     "decide_exactly",
-    "find_suspects",
     "position_goes_back",
-    "round_checks",
+    "progress_outcome",
+    "round_flags",
     "time_goes_back",
+    "write_progress_quarantine",
 ]
 
 
@@ -49,36 +51,6 @@ def time_goes_back(stored_time: Column, time: Column) -> Column:
     """``core.controller.time_goes_back``: a time below the writer's stored time (``INVALID_TIME``); no stored
     time (null) never goes back."""
     return F.coalesce(time < stored_time, F.lit(False))
-
-
-def find_suspects(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
-    """Writers for which "every sane mark is accepted" might not hold; see the module docstring."""
-    value = groups.where(F.col("tag") == VALUE)
-    unknown_segment = (
-        value.where(F.col("segment_id").isNotNull())
-        .join(F.broadcast(segments.select("stream", "segment_id")), ["stream", "segment_id"], "left_anti")
-        .select(*KEYS)
-    )
-    earliest = value.groupBy(*KEYS).agg(F.min("min_time_ms").alias("earliest"))
-    time_back = (
-        earliest.join(F.broadcast(writers0.select(*KEYS, "time_ms")), KEYS)
-        .where(time_goes_back(F.col("time_ms"), F.col("earliest")))
-        .select(*KEYS)
-    )
-    stored_offsets = writers0.select(*KEYS, F.explode("position").alias("segment_id", "stored_offset"))
-    position_back = (
-        value.join(F.broadcast(stored_offsets), [*KEYS, "segment_id"])
-        .where(F.col("min_offset") < F.col("stored_offset"))
-        .select(*KEYS)
-    )
-    bad_offsets = value.where((F.col("min_offset") < 0) | (F.col("null_offsets") > 0)).select(*KEYS)
-    unknown_writer = (
-        groups.where(F.col("tag") == SHUTDOWN)
-        .select(*KEYS)
-        .join(F.broadcast(writers0.select(*KEYS)), KEYS, "left_anti")
-        .join(F.broadcast(value.select(*KEYS)), KEYS, "left_anti")
-    )
-    return unknown_segment.union(time_back).union(position_back).union(bad_offsets).union(unknown_writer).distinct()
 
 
 def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
@@ -123,78 +95,70 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFra
 
 
 @dataclass(frozen=True)
-class Accepted:
-    """What the marks of a round amount to once every mark is decided."""
+class Flags:
+    """What the fast path found in a round (:func:`round_flags`): the suspect writers, the watermarks whose
+    stream or key fails the pattern, and whether some mark has a cheap row-local reason."""
 
-    groups: DataFrame  # accepted marks' aggregates per (stream, writer, tag, segment)
-    seen: DataFrame  # (stream, writer_id) of every writer with a sane mark
-    reason_counts: list[Any]  # rows (stream, wm_key, reason, count) of quarantined and rejected marks
-    deferred_marks: int  # marks reported after the round, left for a later one
+    suspects: list[tuple[str, str, str]]
+    bad_names: list[tuple[str, str]]
+    row_local: bool
+
+    @property
+    def exact(self) -> bool:
+        """Whether some marks must be decided one by one (the exact path)."""
+        return bool(self.suspects or self.bad_names or self.row_local)
 
 
-def round_checks(groups: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
-    """Everything the fast path must know about the round's aggregates, as one small frame (one Spark job):
-    ``check`` is ``suspect`` (a writer for the exact path), ``bad_name`` (a stream or key failing the
-    pattern, checked once per name instead of once per mark), ``row_local`` (some mark has a cheap
-    row-local reason) or ``deferred`` (``marks``: how many wait for a later round)."""
-
-    def shaped(frame: DataFrame, check: str, *present: str) -> DataFrame:
-        nulls = {"stream": StringType(), "wm_key": StringType(), "writer_id": StringType(), "marks": LongType()}
-        return frame.select(
-            F.lit(check).alias("check"),
-            *[F.col(c) if c in present else F.lit(None).cast(kind).alias(c) for c, kind in nulls.items()],
-        )
-
-    bad_names = groups.select(*STREAM_KEYS).distinct().where(~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key())
-    row_local = groups.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED)).select(*STREAM_KEYS).limit(1)
-    deferred = groups.where(F.col("tag") == DEFERRED).agg(F.sum("marks").alias("marks"))
-    return (
-        shaped(find_suspects(groups, writers0, segments), "suspect", *KEYS)
-        .unionByName(shaped(bad_names, "bad_name", *STREAM_KEYS))
-        .unionByName(shaped(row_local, "row_local", *STREAM_KEYS))
-        .unionByName(shaped(deferred.select(F.col("marks").cast(LongType()).alias("marks")), "deferred", "marks"))
+def round_flags(rows: Sequence[Any]) -> Flags:
+    """The checks of :func:`~spark_jobs.controller.emission.writer_rounds`, as gathered per watermark by
+    :func:`~spark_jobs.controller.emission.stream_results` (``suspects``, ``bad_name``, ``row_local``)."""
+    return Flags(
+        sorted({(r["stream"], r["wm_key"], w) for r in rows for w in r["suspects"]}),
+        sorted({(r["stream"], r["wm_key"]) for r in rows if r["bad_name"]}),
+        any(r["row_local"] for r in rows),
     )
 
 
-def accept_marks(
+@dataclass(frozen=True)
+class Accepted:
+    """What the marks of a round amount to once every mark is decided."""
+
+    groups: DataFrame | None  # the exact path's accepted aggregates; None: the fast path's stand
+    seen: list[DataFrame]  # KEYS of writers seen besides those with accepted aggregates
+    reason_counts: list[Any]  # rows (stream, wm_key, reason, count) of quarantined and rejected marks
+
+
+def progress_outcome(progress: Progress | None) -> tuple[DataFrame | None, Accepted]:
+    """The sequenced marks that gap-free progress found bad (checkpointed: written and counted), and what
+    the round amounts to when the fast path holds: their counts and the writers progress saw."""
+    if progress is None:
+        return None, Accepted(None, [], [])
+    bad = progress.bad.localCheckpoint()
+    counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # per watermark and reason: small
+    return bad, Accepted(None, [progress.seen], counts)
+
+
+def quarantine_columns() -> list[Column | str]:
+    """The quarantine's columns for bad sequenced marks (MARKS_SCHEMA + reason): all are quarantined."""
+    return [*MARKS_SCHEMA.fieldNames(), "reason", F.lit("quarantined").alias("category")]
+
+
+def accept_exactly(
     spark: SparkSession,
     tagged: DataFrame,
     groups: DataFrame,
+    flags: Flags,
     writers0: DataFrame,
     segments: DataFrame,
     quarantine_path: str,
-    progress: Progress | None,
+    progress_bad: DataFrame | None,
+    fast: Accepted,
 ) -> Accepted:
-    """Fast path for writers whose sane marks are all accepted; exact path (second scan) for the rest.
-
-    The quarantine also receives the sequenced marks that gap-free progress found bad (one write); with no
-    sequenced mark in the round (``progress`` None) there are none."""
-    checks = round_checks(groups, writers0, segments).collect()  # small: suspect writers, bad names, 2 flags
-    suspect_keys = [(r["stream"], r["wm_key"], r["writer_id"]) for r in checks if r["check"] == "suspect"]
-    bad_name_rows = [(r["stream"], r["wm_key"]) for r in checks if r["check"] == "bad_name"]
-    row_local_bad = any(r["check"] == "row_local" for r in checks)
-    deferred = sum(int(r["marks"] or 0) for r in checks if r["check"] == "deferred")
-    accepted = groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
-    quarantine_columns: list[Column | str] = [
-        *MARKS_SCHEMA.fieldNames(),
-        "reason",
-        F.lit("quarantined").alias("category"),
-    ]
-    progress_bad = None if progress is None else progress.bad.localCheckpoint()
-    progress_counts = (
-        [] if progress_bad is None else progress_bad.groupBy(*STREAM_KEYS, "reason").count().collect()
-    )  # per watermark and reason: small
-    progress_seen = [] if progress is None else [progress.seen]
-    if not (suspect_keys or row_local_bad or bad_name_rows):
-        if progress_bad is not None and progress_counts:
-            progress_bad.select(*quarantine_columns).write.mode("overwrite").parquet(quarantine_path)
-        seen = accepted.select(*KEYS)
-        for frame in progress_seen:
-            seen = seen.union(frame)
-        return Accepted(accepted, seen, progress_counts, deferred)
-
-    suspects = spark.createDataFrame(suspect_keys, "stream string, wm_key string, writer_id string")
-    bad_names = spark.createDataFrame(bad_name_rows, "stream string, wm_key string")
+    """The exact path (a second scan) for the marks of ``flags``' suspect writers and bad names and for rows
+    with a row-local reason; the other writers' sane marks are all accepted (``groups``). The quarantine also
+    receives the sequenced marks that gap-free progress found bad (one write)."""
+    suspects = spark.createDataFrame(flags.suspects, "stream string, wm_key string, writer_id string")
+    bad_names = spark.createDataFrame(flags.bad_names, "stream string, wm_key string")
     flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left").join(
         F.broadcast(bad_names.withColumn("bad_name", F.lit(True))), STREAM_KEYS, "left"
     )
@@ -207,17 +171,23 @@ def accept_marks(
     marks_columns = [nullable_key() if c == "wm_key" else c for c in MARKS_SCHEMA.fieldNames()]
     quarantine = bad.select(*marks_columns, "reason", category.alias("category"))
     if progress_bad is not None:
-        quarantine = quarantine.unionByName(progress_bad.select(*quarantine_columns))
+        quarantine = quarantine.unionByName(progress_bad.select(*quarantine_columns()))
     quarantine.write.mode("overwrite").parquet(quarantine_path)
     accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
     groups_final = (
-        accepted.join(F.broadcast(bad_names), STREAM_KEYS, "left_anti")
+        groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
+        .join(F.broadcast(bad_names), STREAM_KEYS, "left_anti")
         .join(F.broadcast(suspects), KEYS, "left_anti")
         .unionByName(aggregate_marks(accepted_exact))
     )
     sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
-    seen = groups_final.select(*KEYS).union(decided.where(sane).select(*KEYS))
-    for frame in progress_seen:
-        seen = seen.union(frame)
     reason_counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # one row per watermark and reason
-    return Accepted(groups_final, seen, [*reason_counts, *progress_counts], deferred)
+    return Accepted(
+        groups_final, [decided.where(sane).select(*KEYS), *fast.seen], [*reason_counts, *fast.reason_counts]
+    )
+
+
+def write_progress_quarantine(progress_bad: DataFrame | None, fast: Accepted, quarantine_path: str) -> None:
+    """The fast path's quarantine: the bad sequenced marks, when there are any."""
+    if progress_bad is not None and fast.reason_counts:
+        progress_bad.select(*quarantine_columns()).write.mode("overwrite").parquet(quarantine_path)

@@ -3,6 +3,8 @@ every watermark's verdict: emitted, waiting for writers, or no active writers.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -13,106 +15,201 @@ from pyspark.sql.types import (
 from airflow_provider_wm.core.controller import (
     StreamStatus,
 )
+from airflow_provider_wm.core.segments import Segment
 from spark_jobs.common import (
     conform,
     read_dataset,
 )
-from spark_jobs.controller.acceptance import Accepted
-from spark_jobs.controller.marks import with_key
-from spark_jobs.controller.schemas import KEYS, SHUTDOWN, STREAM_KEYS, STREAMS_STATE_SCHEMA, UNREPORTED, VALUE
+from spark_jobs.controller.acceptance import time_goes_back
+from spark_jobs.controller.marks import invalid_key, is_known, known_segments, with_key
+from spark_jobs.controller.schemas import (
+    DEFERRED,
+    KEYS,
+    SHUTDOWN,
+    STREAM_KEYS,
+    STREAM_NAME_REGEX,
+    STREAMS_STATE_SCHEMA,
+    VALUE,
+)
 
-__all__ = ["active_writers", "next_writer_states", "read_state", "stream_decisions"]
+__all__ = ["read_state", "stream_results", "writer_rounds"]
 
 
-def next_writer_states(accepted: DataFrame, writers0: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Writers after the round's marks, before participation; and per-writer accepted-mark figures.
+def writer_rounds(
+    groups: DataFrame,
+    writers0: DataFrame,
+    streams0: DataFrame,
+    segments: dict[str, dict[int, Segment]],
+    now_ms: int,
+    writer_timeout_ms: int,
+) -> DataFrame:
+    """One row per writer with marks in the round or a stored state: its next state, its round's figures, and
+    the checks that decide whether the fast path holds, from one aggregation of the round's aggregates and the
+    stored writers (a union, so no join and no second shuffle).
 
-    The largest accepted time counts; the position is the segments of the marks at that time, each at the
-    round's highest offset; the last event (shutdown wins a tie) decides whether the writer is alive. One
-    aggregation per writer computes all of it.
+    State (as ``core.controller``): the largest accepted time counts; the position is the segments of the marks
+    at that time, each at the round's highest offset; the last event (shutdown wins a tie) decides whether the
+    writer is alive. Then participation (time above the watermark's previous lower bound) and the writer
+    timeout: ``in_state`` rows are the next writers' state, ``active`` ones are kept in it.
+
+    Checks (:func:`round_flags` reads them): ``suspect``, a writer for which "every sane mark is accepted" might
+    not hold (earliest time below its stored time, lowest offset below a stored one, a negative or missing
+    offset, an unknown segment, a shutdown of an unknown writer); ``bad_name``, a stream or key failing the
+    pattern (checked once per writer instead of once per mark); ``row_local``, how many of its groups have a
+    cheap row-local reason. ``seen``: the writer has a mark that is accepted by the fast path.
     """
-    value = F.col("tag") == VALUE
-    per_writer = accepted.groupBy(*KEYS).agg(
-        F.max(F.when(value, F.col("max_time_ms"))).alias("new_time_ms"),
-        F.sum(F.when(value, F.col("marks"))).alias("accepted_marks"),
-        F.min(F.when(value, F.col("min_reported_at_ms"))).alias("first_reported_at_ms"),
-        F.max(F.when(value, F.col("max_reported_at_ms"))).alias("last_value_at_ms"),
-        F.max(F.when(F.col("tag") == SHUTDOWN, F.col("max_reported_at_ms"))).alias("last_shutdown_at_ms"),
-        F.collect_list(
-            F.when(value & F.col("segment_id").isNotNull(), F.struct("max_time_ms", "segment_id", "max_offset"))
-        ).alias("segments"),
+    tag = F.col("tag")
+    value = tag == VALUE
+    unknown_segment = ~is_known(known_segments(segments), F.col("segment_id"))
+    bad_offsets = (F.col("min_offset") < 0) | (F.col("null_offsets") > 0)
+    stored = writers0.select(
+        *KEYS,
+        F.col("time_ms").alias("stored_time_ms"),
+        F.col("position").alias("stored_position"),
+        F.col("alive").alias("stored_alive"),
+        F.col("lagging_since_ms").alias("stored_lagging_since_ms"),
+        F.lit(True).alias("stored"),
+    )
+    with_segment = value & F.col("segment_id").isNotNull()
+    per_writer = (
+        groups.unionByName(stored, allowMissingColumns=True)
+        .groupBy(*KEYS)
+        .agg(
+            F.max(F.when(value, F.col("max_time_ms"))).alias("new_time_ms"),
+            F.sum(F.when(value, F.col("marks"))).alias("accepted_marks"),
+            F.min(F.when(value, F.col("min_reported_at_ms"))).alias("first_reported_at_ms"),
+            F.max(F.when(value, F.col("max_reported_at_ms"))).alias("last_value_at_ms"),
+            F.max(F.when(tag == SHUTDOWN, F.col("max_reported_at_ms"))).alias("last_shutdown_at_ms"),
+            F.collect_list(
+                F.when(with_segment, F.struct("max_time_ms", "segment_id", "max_offset", "min_offset"))
+            ).alias("segments"),
+            F.min(F.when(value, F.col("min_time_ms"))).alias("earliest"),
+            F.count(F.when(tag.isin(VALUE, SHUTDOWN), 1)).alias("sane_groups"),
+            F.count(F.when(value, 1)).alias("value_groups"),
+            F.count(F.when(tag == SHUTDOWN, 1)).alias("shutdowns"),
+            F.count(tag).alias("groups"),
+            F.count(F.when(value & bad_offsets, 1)).alias("bad_offsets"),
+            F.count(F.when(with_segment & unknown_segment, 1)).alias("unknown_segments"),
+            F.count(F.when(~tag.isin(VALUE, SHUTDOWN, DEFERRED), 1)).alias("row_local"),
+            F.max("stored").alias("stored"),
+            F.max("stored_time_ms").alias("stored_time_ms"),
+            F.first("stored_position", ignorenulls=True).alias("stored_position"),
+            F.first("stored_alive", ignorenulls=True).alias("stored_alive"),
+            F.max("stored_lagging_since_ms").alias("stored_lagging_since_ms"),
+        )
+    )
+    is_stored = F.coalesce("stored", F.lit(False))
+    offset_back = F.exists(
+        "segments",
+        lambda s: s["min_offset"] < F.coalesce(F.element_at(F.col("stored_position"), s["segment_id"]), F.lit(-1)),
+    )
+    suspect = (
+        (F.col("unknown_segments") > 0)
+        | time_goes_back(F.col("stored_time_ms"), F.col("earliest"))
+        | F.coalesce(offset_back, F.lit(False))
+        | (F.col("bad_offsets") > 0)
+        | ((F.col("shutdowns") > 0) & ~is_stored & (F.col("value_groups") == 0))
+    )
+    bad_name = (F.col("groups") > 0) & F.coalesce(
+        ~F.col("stream").rlike(STREAM_NAME_REGEX) | invalid_key(), F.lit(False)
     )
     at_new_time = F.filter("segments", lambda s: s["max_time_ms"] == F.col("new_time_ms"))
     new_position = F.map_from_entries(F.transform(at_new_time, lambda s: F.struct(s["segment_id"], s["max_offset"])))
-    merged = writers0.join(per_writer, KEYS, "full").where(
-        F.col("time_ms").isNotNull() | F.col("new_time_ms").isNotNull()
-    )
     has_new = F.col("new_time_ms").isNotNull()
     stopped = F.col("last_shutdown_at_ms").isNotNull() & (
         F.col("last_value_at_ms").isNull() | (F.col("last_shutdown_at_ms") >= F.col("last_value_at_ms"))
     )
-    writers = merged.select(
-        *KEYS,
-        F.coalesce("new_time_ms", "time_ms").alias("time_ms"),
-        F.when(has_new, new_position).otherwise(F.col("position")).alias("position"),
+    time_ms = F.coalesce("new_time_ms", "stored_time_ms")
+    alive = (
         F.when(stopped, F.lit(False))
         .when(F.col("last_value_at_ms").isNotNull(), F.lit(True))
-        .otherwise(F.coalesce("alive", F.lit(True)))
-        .alias("alive"),
-        "lagging_since_ms",
+        .otherwise(F.coalesce("stored_alive", F.lit(True)))
     )
-    return writers, per_writer.drop("segments")
-
-
-def active_writers(writers: DataFrame, streams0: DataFrame, now_ms: int, writer_timeout_ms: int) -> DataFrame:
-    """Participation (time above the previous lower bound) and the writer timeout; drops inactive writers."""
     now = F.lit(now_ms)
     participating = F.col("wm_lower_ms").isNull() | (F.col("time_ms") > F.col("wm_lower_ms"))
-    since = F.coalesce("lagging_since_ms", now)
+    since = F.coalesce("stored_lagging_since_ms", now)
     return (
-        writers.join(F.broadcast(streams0.select(*STREAM_KEYS, "wm_lower_ms")), STREAM_KEYS, "left")
+        per_writer.join(F.broadcast(streams0.select(*STREAM_KEYS, "wm_lower_ms")), STREAM_KEYS, "left")
         .select(
             *KEYS,
-            "time_ms",
-            "position",
-            "alive",
+            time_ms.alias("time_ms"),
+            F.when(has_new, new_position).otherwise(F.col("stored_position")).alias("position"),
+            alive.alias("alive"),
+            "wm_lower_ms",
+            time_ms.isNotNull().alias("in_state"),
+            "stored_lagging_since_ms",
+            (F.col("sane_groups") > 0).alias("seen"),
+            "accepted_marks",
+            "first_reported_at_ms",
+            suspect.alias("suspect"),
+            bad_name.alias("bad_name"),
+            "row_local",
+        )
+        .select(
+            "*",
             participating.alias("participating"),
             F.when(participating, F.lit(None).cast(LongType())).otherwise(since).alias("lagging_since_ms"),
-            (participating | (F.col("alive") & (now - since < F.lit(writer_timeout_ms)))).alias("active"),
         )
-        .where("active")
+        .withColumn(
+            "active",
+            F.col("in_state") & (F.col("participating") | (F.col("alive") & (now - since < F.lit(writer_timeout_ms)))),
+        )
+        .drop("wm_lower_ms", "stored_lagging_since_ms")
     )
 
 
-def stream_decisions(
+def stream_results(
     spark: SparkSession,
     streams0: DataFrame,
-    active: DataFrame,
-    per_writer: DataFrame,
-    accepted: Accepted,
+    rounds: DataFrame,
+    seen: Sequence[DataFrame],
+    reason_keys: Sequence[tuple[str, str]],
     now_ms: int,
     initial_delay_ms: int,
 ) -> DataFrame:
-    """Per watermark (stream and key): its figures and its status (EMITTED or why not), with the previous
-    watermark. A watermark is one of the previous state, of a writer with a sane mark, or of a counted bad
-    mark. Each source is a kind of row in one union, aggregated once per watermark (a shuffle), where a join
-    per source would cost a Spark job each."""
+    """Per watermark (stream and key, ``segment_id`` null): its figures and its status (EMITTED or why not),
+    with the previous watermark, and the fast path's checks of its writers (``suspects``, ``bad_name``,
+    ``row_local``; a row that is not ``listed`` carries only those); and per watermark and segment
+    (``segment_id`` set): the highest ``offset`` over its active writers' positions and its previous cut, the
+    input of the stream cut.
+
+    A watermark is one of the previous state, of a writer with a sane mark (``rounds``' seen ones and
+    ``seen``), or of a counted bad mark (``reason_keys``). Each source is a kind of row in one union,
+    aggregated once (one shuffle), where a join per source would cost a Spark job each.
+    """
     now = F.lit(now_ms)
-    with_reasons = spark.createDataFrame(
-        [(r["stream"], r["wm_key"] or "") for r in accepted.reason_counts if r["reason"] not in UNREPORTED],
-        "stream string, wm_key string",
-    )
+    with_reasons = spark.createDataFrame(list(reason_keys), "stream string, wm_key string")
     listed = F.lit(True).alias("listed")
     state_columns = [c for c in STREAMS_STATE_SCHEMA.fieldNames() if c not in STREAM_KEYS]
+    active = F.col("active")
     rows = (
         streams0.select(*STREAM_KEYS, listed, *state_columns)
-        .unionByName(accepted.seen.select(*STREAM_KEYS, listed, F.col("writer_id").alias("seen")), True)
+        .unionByName(
+            rounds.select(
+                *STREAM_KEYS,
+                F.when(F.col("seen"), F.lit(True)).alias("listed"),
+                F.when(F.col("seen"), F.col("writer_id")).alias("seen"),
+                F.when(active, F.col("writer_id")).alias("active"),
+                F.when(active, F.col("time_ms")).alias("time_ms"),
+                F.when(active, F.col("participating")).alias("participating"),
+                "accepted_marks",
+                "first_reported_at_ms",
+                F.when(F.col("suspect"), F.col("writer_id")).alias("suspect"),
+                "bad_name",
+                "row_local",
+            ),
+            True,
+        )
         .unionByName(with_reasons.select(*STREAM_KEYS, listed), True)
-        .unionByName(active.select(*STREAM_KEYS, F.col("writer_id").alias("active"), "time_ms", "participating"), True)
-        .unionByName(per_writer.select(*STREAM_KEYS, "accepted_marks", "first_reported_at_ms"), True)
+        .unionByName(
+            rounds.where(active).select(*STREAM_KEYS, F.explode("position").alias("segment_id", "offset")), True
+        )
+        .unionByName(streams0.select(*STREAM_KEYS, F.explode("wm_cut").alias("segment_id", "offset")), True)
     )
+    for frame in seen:
+        rows = rows.unionByName(frame.select(*STREAM_KEYS, listed, F.col("writer_id").alias("seen")), True)
     decided = (
-        rows.groupBy(*STREAM_KEYS)
+        rows.groupBy(*STREAM_KEYS, "segment_id")
         .agg(
             F.max("listed").alias("listed"),
             F.max("first_mark_at_ms").alias("first_mark_at_ms"),
@@ -120,15 +217,26 @@ def stream_decisions(
             F.max("wm_upper_ms").alias("wm_upper_ms"),
             F.first("wm_cut", ignorenulls=True).alias("wm_cut"),
             F.max("wm_computed_at_ms").alias("wm_computed_at_ms"),
-            F.count_distinct("seen").alias("writers_seen"),
+            F.size(F.collect_set("seen")).alias("writers_seen"),  # not count_distinct: a shuffle of its own
             F.count("active").alias("active_writers"),
             F.min("time_ms").alias("lower_ms"),
             F.max("time_ms").alias("upper_ms"),
             F.sort_array(F.collect_list(F.when(~F.col("participating"), F.col("active")))).alias("waiting"),
             F.sum("accepted_marks").alias("marks_accepted"),
             F.min("first_reported_at_ms").alias("first_in_round"),
+            F.max("offset").alias("offset"),
+            F.collect_set("suspect").alias("suspects"),
+            F.coalesce(F.max("bad_name"), F.lit(False)).alias("bad_name"),
+            F.coalesce(F.sum("row_local"), F.lit(0)).alias("row_local"),
         )
-        .where(F.col("listed"))
+        .withColumn("listed", F.coalesce("listed", F.lit(False)))
+        .where(
+            F.col("listed")
+            | F.col("segment_id").isNotNull()
+            | (F.size("suspects") > 0)
+            | F.col("bad_name")
+            | (F.col("row_local") > 0)
+        )
     )
     first_mark = F.least("first_mark_at_ms", "first_in_round")
     status = (

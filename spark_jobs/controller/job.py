@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -27,12 +27,19 @@ from spark_jobs.common import (
     size_shuffles,
     submit_main,
 )
-from spark_jobs.controller.acceptance import accept_marks
-from spark_jobs.controller.cut import emitted_cuts, highest_offsets
-from spark_jobs.controller.emission import active_writers, next_writer_states, read_state, stream_decisions
+from spark_jobs.controller.acceptance import (
+    Accepted,
+    accept_exactly,
+    progress_outcome,
+    round_flags,
+    write_progress_quarantine,
+)
+from spark_jobs.controller.cut import emitted_cuts
+from spark_jobs.controller.emission import read_state, stream_results, writer_rounds
 from spark_jobs.controller.marks import (
     aggregate_marks,
     count_marks,
+    known_segments,
     read_marks,
     read_segments,
     sequenced_in_round,
@@ -57,9 +64,10 @@ __all__ = ["main", "run"]
 def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     """Compute one round, write the state and the quarantine, and return the manifest (not yet written).
 
-    Spark jobs of a round with no sequenced and no bad mark (the common case): the segments, the counts of
-    late and sequenced marks, the one scan of the marks, the round's checks, the writers' state, the
-    per-watermark verdicts, the streams' state; each extra is named where it is spent."""
+    Spark actions of a round with no sequenced and no bad mark (the common case): the segments, the counts of
+    late, sequenced and deferred marks, the one scan of the marks into one row per writer (checkpointed), the
+    per-watermark verdicts with the highest offsets and the round's checks, the writers' state, the streams'
+    state; each extra is named where it is spent."""
     started = time.time()
     size_shuffles(spark)
     segments, segments_by_stream, invalid_segments = read_segments(spark, request.segments_path)
@@ -71,7 +79,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     streams0 = streams0 if streams0 is not None else with_key(empty_frame(spark, STREAMS_STATE_SCHEMA))
 
     marks = read_marks(spark, request.marks_path)
-    late, processed_marks, has_sequenced = count_marks(marks, request)
+    late, processed_marks, has_sequenced, deferred = count_marks(marks, request)
     progress = None
     if has_sequenced:  # gap-free progress: jobs of its own, only for rounds with sequenced marks
         progress = advance_origins(
@@ -79,40 +87,74 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
             pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
             segments,
+            known_segments(segments_by_stream),
         )
     tagged = tag_marks(marks.where(~sequenced_in_round(request)), request.now_ms, request.processed_until_ms)
     if progress is not None:
         tagged = tagged.unionByName(progress.released.withColumn("tag", F.lit(VALUE)))
-    groups = aggregate_marks(tagged).localCheckpoint()  # the one scan of the marks in the common case
-    accepted = accept_marks(spark, tagged, groups, writers0, segments, f"{request.round_out}/quarantine", progress)
-    writers, per_writer = next_writer_states(accepted.groups, writers0)
-    writers_out = f"{request.state_out}/writers"
-    active_writers(writers, streams0, request.now_ms, request.writer_timeout_ms).select(
-        *WRITERS_STATE_SCHEMA.fieldNames()
-    ).write.mode("overwrite").parquet(writers_out)
-    # read back instead of a checkpoint: a writer participates exactly when it is not lagging
-    active = spark.read.schema(WRITERS_STATE_SCHEMA).parquet(writers_out)
-    active = active.withColumn("participating", F.col("lagging_since_ms").isNull())
-    decisions = stream_decisions(
-        spark, streams0, active, per_writer, accepted, request.now_ms, request.initial_delay_ms
-    )
+    groups = aggregate_marks(tagged)
 
-    is_emitted = F.col("status") == StreamStatus.EMITTED.value
-    result = decisions.join(F.broadcast(highest_offsets(active, streams0)), STREAM_KEYS, "left").select(
-        *STREAM_KEYS,
-        "status",
-        F.col("first_mark").alias("first_mark_at_ms"),
-        F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
-        F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
-        F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
-        F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
-        F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
-        F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
-        "highest",
-        "wm_cut",
-        F.when(is_emitted, F.lit(request.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+    def per_writer(aggregates: DataFrame) -> DataFrame:
+        rounds = writer_rounds(
+            aggregates, writers0, streams0, segments_by_stream, request.now_ms, request.writer_timeout_ms
+        )
+        return rounds.localCheckpoint()  # one row per writer, read by the verdicts and the writers' state
+
+    def verdicts(rounds: DataFrame, accepted: Accepted) -> list[Row]:
+        reason_keys = [
+            (r["stream"], r["wm_key"] or "") for r in accepted.reason_counts if r["reason"] not in UNREPORTED
+        ]
+        results = stream_results(
+            spark, streams0, rounds, accepted.seen, reason_keys, request.now_ms, request.initial_delay_ms
+        )
+        is_emitted = F.col("status") == StreamStatus.EMITTED.value
+        return results.select(
+            *STREAM_KEYS,
+            "listed",
+            "segment_id",
+            "offset",
+            "suspects",
+            "bad_name",
+            "row_local",
+            "status",
+            F.col("first_mark").alias("first_mark_at_ms"),
+            F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
+            F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
+            F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
+            F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
+            F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
+            F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
+            "wm_cut",
+            F.when(is_emitted, F.lit(request.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+        ).collect()  # one row per watermark and one per watermark and segment: small
+
+    quarantine_path = f"{request.round_out}/quarantine"
+    progress_bad, accepted = progress_outcome(progress)
+    rounds = per_writer(groups)  # the one scan of the marks in the common case
+    collected = verdicts(rounds, accepted)
+    flags = round_flags([r for r in collected if r["segment_id"] is None])
+    if flags.exact:  # some marks are decided one by one: the writers and verdicts from the exact aggregates
+        accepted = accept_exactly(
+            spark, tagged, groups, flags, writers0, segments, quarantine_path, progress_bad, accepted
+        )
+        assert accepted.groups is not None
+        rounds = per_writer(accepted.groups)
+        collected = verdicts(rounds, accepted)
+    else:
+        write_progress_quarantine(progress_bad, accepted, quarantine_path)
+    rounds.where("active").select(*WRITERS_STATE_SCHEMA.fieldNames()).write.mode("overwrite").parquet(
+        f"{request.state_out}/writers"
     )
-    per_stream = emitted_cuts(result.collect(), segments_by_stream)  # one row per watermark
+    highest: dict[tuple[str, str], dict[int, int]] = {}
+    for r in collected:
+        if r["segment_id"] is not None:
+            highest.setdefault((r["stream"], r["wm_key"]), {})[r["segment_id"]] = r["offset"]
+    per_watermark = [
+        {**r.asDict(), "highest": highest.get((r["stream"], r["wm_key"]))}
+        for r in collected
+        if r["segment_id"] is None and r["listed"]
+    ]
+    per_stream = emitted_cuts(per_watermark, segments_by_stream)  # one row per watermark
     spark.createDataFrame(
         [[r[column] for column in STREAMS_STATE_SCHEMA.fieldNames()] for r in per_stream],
         STREAMS_STATE_SCHEMA,
@@ -132,9 +174,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
             .collect()  # one row per watermark with waiting sequences
         }
-    manifest = _manifest(
-        request, per_stream, accepted.reason_counts, accepted.deferred_marks, invalid_segments, started
-    )
+    manifest = _manifest(request, per_stream, accepted.reason_counts, deferred, invalid_segments, started)
     for label, entry in manifest["streams"].items():
         entry["pending_sequences"] = pending_sequences.get(label, 0)
     manifest["processed_marks"] = processed_marks

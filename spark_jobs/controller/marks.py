@@ -6,6 +6,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    MapType,
+    StringType,
     StructType,
 )
 
@@ -39,7 +43,9 @@ __all__ = [
     "count_marks",
     "in_round",
     "invalid_key",
+    "is_known",
     "is_sequenced",
+    "known_segments",
     "nullable_key",
     "read_marks",
     "read_segments",
@@ -110,6 +116,23 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, 
     return frame, by_stream, invalid
 
 
+def known_segments(segments: dict[str, dict[int, Segment]]) -> Column:
+    """The valid segment ids per stream as a literal ``map<stream, array<segment_id>>``: the segments are on
+    the driver already (:func:`read_segments`), and a literal costs no Spark job
+    where a broadcast join would cost one."""
+    entries = [
+        part
+        for stream, by_id in sorted(segments.items())
+        for part in (F.lit(stream), F.array(*[F.lit(i) for i in sorted(by_id)]).cast(ArrayType(LongType())))
+    ]
+    return F.create_map(*entries).cast(MapType(StringType(), ArrayType(LongType())))
+
+
+def is_known(known: Column, segment_id: Column) -> Column:
+    """Whether ``segment_id`` is a valid segment of the row's ``stream`` (``known``: :func:`known_segments`)."""
+    return F.coalesce(F.array_contains(F.element_at(known, F.col("stream")), segment_id), F.lit(False))
+
+
 def row_local_reason(*, cheap_only: bool = False) -> Column:
     """The sanity checks that need nothing but the row itself, in the reference's order.
 
@@ -151,20 +174,22 @@ def invalid_key() -> Column:
     return (F.col("wm_key") != "") & ~F.col("wm_key").rlike(STREAM_NAME_REGEX)
 
 
-def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int, bool]:
-    """(late marks, marks reported up to now, whether the round has a sequenced mark) in one pass over the
-    report-time and progress columns only, so the main scan can still skip old row groups. Late marks: see
-    ``core.controller.late_marks``."""
+def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int, bool, int]:
+    """(late marks, marks reported up to now, whether the round has a sequenced mark, deferred marks) in one
+    pass over the report-time and progress columns only, so the main scan can still skip old row groups. Late
+    marks: see ``core.controller.late_marks``; deferred ones are reported after ``now_ms`` and wait for a later
+    round (:func:`tag_marks`)."""
     reported = F.col("reported_at_ms")
     past = F.lit(False) if request.processed_until_ms is None else reported <= F.lit(request.processed_until_ms)
     row = marks.agg(
         F.count(F.when(past, 1)).alias("past"),
         F.count(F.when(reported <= F.lit(request.now_ms), 1)).alias("total"),
         F.count(F.when(sequenced_in_round(request), 1)).alias("sequenced"),
+        F.count(F.when(reported > F.lit(request.now_ms), 1)).alias("deferred"),
     ).first()
     assert row is not None
     late = 0 if request.processed_until_ms is None else max(0, int(row["past"]) - request.processed_marks)
-    return late, int(row["total"]), int(row["sequenced"]) > 0
+    return late, int(row["total"]), int(row["sequenced"]) > 0, int(row["deferred"])
 
 
 def sequenced_in_round(request: ControllerRequest) -> Column:
