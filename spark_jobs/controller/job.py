@@ -39,7 +39,6 @@ from spark_jobs.controller.emission import read_state, stream_results, writer_ro
 from spark_jobs.controller.marks import (
     aggregate_marks,
     count_marks,
-    known_segments,
     read_marks,
     read_segments,
     sequenced_in_round,
@@ -87,7 +86,6 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
             pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
             segments,
-            known_segments(segments_by_stream),
         )
     tagged = tag_marks(marks.where(~sequenced_in_round(request)), request.now_ms, request.processed_until_ms)
     if progress is not None:

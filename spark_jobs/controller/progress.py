@@ -23,7 +23,7 @@ from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from spark_jobs.common import (
     empty_frame,
 )
-from spark_jobs.controller.marks import invalid_key, is_known, nullable_key, row_local_reason
+from spark_jobs.controller.marks import invalid_key, nullable_key, row_local_reason
 from spark_jobs.controller.schemas import (
     KEYS,
     MARKS_SCHEMA,
@@ -48,9 +48,7 @@ class Progress:
     pending: DataFrame  # next PENDING_STATE_SCHEMA
 
 
-def advance_origins(
-    sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame, known: Column
-) -> Progress:
+def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> Progress:
     """``core.progress.advance`` for every origin with marks in the round.
 
     Two paths. A *dense* origin, the common case, is decided by fixed-width aggregates per origin
@@ -63,7 +61,7 @@ def advance_origins(
     """
     sequenced = sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
     # one row per origin with marks in the round: small
-    decisions = origin_decisions(sequenced, origins0, pending0, known).localCheckpoint()
+    decisions = origin_decisions(sequenced, origins0, pending0, segments).localCheckpoint()
     dense = F.broadcast(decisions.where("dense").select(*ORIGIN_KEYS, "committed_seq", "prefix_end"))
     released_now = F.col("seq") <= F.col("prefix_end")
     pending_columns = PENDING_STATE_SCHEMA.fieldNames()
@@ -129,7 +127,7 @@ def sequence_reason() -> Column:
     )
 
 
-def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, known: Column) -> DataFrame:
+def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> DataFrame:
     """Per origin with marks in the round: ``dense`` (see :func:`advance_origins`), its committed sequence
     and, when dense, the end of its gap-free prefix.
 
@@ -138,29 +136,16 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     (word ``(seq - committed - 1) div 64``); a word's mark count above its bit count is a duplicate; the
     prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011`` -> 5. The
     checks of a mark's stream, key and writer are made once per origin, and those of its position (offsets,
-    unknown segments: ``known``, :func:`~spark_jobs.controller.marks.known_segments`) per mark in the same
-    pass, so that the marks are read once.
+    unknown segments) on the exploded positions, where they are scalar comparisons and a broadcast join.
     """
     committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
     committed = F.broadcast(origins0.select(*ORIGIN_KEYS, "committed_seq"))
     lone = (F.col("chunk") == 1) & F.col("last_chunk")
     valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
     clean = row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
-    # a position on an unknown segment, or with a missing or negative offset, in the same pass
-    bad_entry = F.exists(
-        F.map_entries("position"),
-        lambda e: ~is_known(known, e["key"]) | e["value"].isNull() | (e["value"] < 0),
-    )
-    bad_position = F.coalesce(bad_entry, F.lit(False)).cast("int")
     numbers = (
-        sequenced.select(
-            *ORIGIN_KEYS, "seq", clean.alias("clean"), F.lit(1).alias("arrived"), bad_position.alias("bad_position")
-        )
-        .unionByName(
-            pending0.select(
-                *ORIGIN_KEYS, "seq", lone.alias("clean"), F.lit(0).alias("arrived"), F.lit(0).alias("bad_position")
-            )
-        )
+        sequenced.select(*ORIGIN_KEYS, "seq", clean.alias("clean"), F.lit(1).alias("arrived"))
+        .unionByName(pending0.select(*ORIGIN_KEYS, "seq", lone.alias("clean"), F.lit(0).alias("arrived")))
         .join(committed, ORIGIN_KEYS, "left")
         .select(
             *ORIGIN_KEYS,
@@ -169,7 +154,6 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
             F.when(F.col("seq") >= 1, F.col("seq") - committed_seq - 1).alias("bit"),
             "clean",
             "arrived",
-            "bad_position",
         )
     )
     in_reach = (F.col("bit") >= 0) & (F.col("bit") < F.lit(MAX_PENDING_SEQUENCES))
@@ -177,7 +161,6 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
         F.min(F.coalesce(F.col("clean") & in_reach, F.lit(False)).cast("int")).alias("clean"),
         F.max("arrived").alias("arrived"),
         F.count("*").alias("marks"),
-        F.max("bad_position").alias("bad_position"),
         F.bit_or(F.when(in_reach, F.expr("shiftleft(CAST(1 AS BIGINT), CAST(pmod(bit, 64) AS INT))"))).alias("bits"),
     )
     full = F.col("bits") == F.lit(-1)
@@ -185,13 +168,21 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
         F.min("clean").alias("clean"),
         F.max("arrived").alias("arrived"),
         (F.sum("marks") == F.sum(F.bit_count(F.coalesce("bits", F.lit(0))))).alias("distinct"),
-        F.max("bad_position").alias("bad_position"),
         F.collect_list(F.when(full, F.col("word"))).alias("full_words"),
         # no entry for a null word (a mark without a number: not clean)
         F.map_from_entries(F.collect_list(F.when(F.col("word").isNotNull(), F.struct("word", "bits")))).alias("words"),
     )
+    exploded = sequenced.select(*ORIGIN_KEYS, F.explode("position").alias("segment_id", "offset"))
+    known = F.broadcast(segments.select("stream", "segment_id", F.lit(True).alias("known")))
+    bad_positions = (
+        exploded.join(known, ["stream", "segment_id"], "left")
+        .where(F.col("known").isNull() | F.col("offset").isNull() | (F.col("offset") < 0))
+        .select(*ORIGIN_KEYS)
+        .distinct()
+        .withColumn("bad_position", F.lit(True))
+    )
     valid_keys = F.col("stream").rlike(STREAM_NAME_REGEX) & ~invalid_key()
-    dense = (F.col("clean") == 1) & F.col("distinct") & valid_keys & (F.col("bad_position") == 0)
+    dense = (F.col("clean") == 1) & F.col("distinct") & valid_keys & F.col("bad_position").isNull()
     # the first word that is not full, and the first unset bit in it (the trailing ones of its bits)
     first_open = F.array_min(
         F.array_except(F.sequence(F.lit(0).cast(LongType()), F.size("full_words").cast(LongType())), "full_words")
@@ -200,7 +191,7 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     trailing_ones = F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1
     # an origin with chunks waiting but none arriving is not touched by the round (as in core)
     arrivals = per_origin.where(F.col("arrived") == 1)
-    return arrivals.select(
+    return arrivals.join(F.broadcast(bad_positions), ORIGIN_KEYS, "left").select(
         *ORIGIN_KEYS,
         "committed_seq",
         F.coalesce(dense, F.lit(False)).alias("dense"),
