@@ -232,7 +232,11 @@ def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only
     assert not (tmp_path / "store" / "pipelines" / "p_fail" / "state.json").exists()
 
     marker.write_text("20260103T000000Z us")
-    run, states = run_dag(pipeline_dag(tmp_path, "p_retry", retries=1, retry_delay=timedelta(seconds=0)), JAN_6)
+    asset = Asset(name="orders_retry_test", uri=f"file://{tmp_path / 'target'}")
+    dag = pipeline_dag(
+        tmp_path, "p_retry", retries=1, retry_delay=timedelta(seconds=0), asset=asset, emit_partition_keys=True
+    )
+    run, states = run_dag(dag, JAN_6)
     assert states == {"orders": "success"}
     run_dir = next((tmp_path / "store" / "pipelines" / "p_retry" / "runs").iterdir())
     second = json.loads((run_dir / "attempt-2" / "request.json").read_text())
@@ -246,6 +250,10 @@ def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only
     ids = target_ids(tmp_path)
     assert len(ids) == len(set(ids)) == 5 * orders_data.ORDERS_PER_DAY
     assert xcom(run, "orders")["executed"] == 10
+    # the run wrote every unit, in its first attempt or its retry: a key each
+    assert asset_event_partition_keys("orders_retry_test") == sorted(
+        (1, f"{unit}|2026-01-0{d}T00:00:00") for d in range(1, 6) for unit in ("eu", "us")
+    )
 
 
 @pytest.mark.slow
@@ -256,7 +264,8 @@ def test_with_partial_success_allowed_the_failed_unit_is_committed_failed_and_ru
     marker = tmp_path / "fail-once"
     monkeypatch.setenv(FAIL_ONCE_ENV, str(marker))
     marker.write_text("20260102T000000Z eu")
-    dag = pipeline_dag(tmp_path, "p_partial", allow_partial_success=True)
+    asset = Asset(name="orders_partial_test", uri=f"file://{tmp_path / 'target'}")
+    dag = pipeline_dag(tmp_path, "p_partial", allow_partial_success=True, asset=asset, emit_partition_keys=True)
     run, states = run_dag(dag, JAN_6)
     assert states == {"orders": "success"}
     assert xcom(run, "orders")["failed"] == [["2026-01-02", "eu"]]
@@ -267,6 +276,18 @@ def test_with_partial_success_allowed_the_failed_unit_is_committed_failed_and_ru
     plan = xcom(run, "orders")["plan"]
     assert plan[1][:4] == ["2026-01-02..2026-01-03", "executes", "eu", 1] and "failed before" in plan[1][4]
     assert xcom(run, "orders")["failed"] == []
+    # the failed unit has no key in run 1; run 2 writes it (failed before) with the grace day and the new day
+    keys = asset_event_partition_keys("orders_partial_test")
+    assert [key for version, key in keys if version == 1] == sorted(
+        f"{unit}|2026-01-0{d}T00:00:00" for d in range(1, 6) for unit in ("eu", "us") if (unit, d) != ("eu", 2)
+    )
+    assert [key for version, key in keys if version == 2] == [
+        "eu|2026-01-02T00:00:00",
+        "eu|2026-01-05T00:00:00",
+        "eu|2026-01-06T00:00:00",
+        "us|2026-01-05T00:00:00",
+        "us|2026-01-06T00:00:00",
+    ]
 
 
 def write_orders(folder, rows: list[dict]) -> None:
