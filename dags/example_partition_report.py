@@ -14,7 +14,7 @@ Data: ``$WM_EXAMPLE_BASE`` (default ``/tmp/airflow-provider-wm-example``), as in
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # --8<-- [start:report]
@@ -35,8 +35,8 @@ with DAG(
     tags=["example", "partitions", "assets"],
     doc_md=__doc__,
 ) as dag:
-
-    @task
+    # the next producer run may be rewriting this partition (a grace day) while it is read: try again
+    @task(retries=2, retry_delay=timedelta(seconds=5))
     def report_partition(dag_run: Any = None) -> dict[str, Any]:
         """Orders and revenue of the run's region and day, read from that partition of the target."""
         import pyarrow.dataset as ds
