@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-__all__ = ["add_asset_outlet", "one_task_at_a_time", "require_paths"]
+__all__ = ["add_asset_outlet", "emit_partition_keys_argument", "one_task_at_a_time", "require_paths"]
 
 
 def require_paths(**paths: Any) -> None:
@@ -44,3 +44,21 @@ def one_task_at_a_time(max_active_tis_per_dag: Any) -> int:
             "so its tasks run one at a time (1)"
         )
     return 1
+
+
+def emit_partition_keys_argument(emit_partition_keys: Any, asset: Any) -> bool:
+    """``emit_partition_keys`` is a bool and needs the ``asset`` whose events carry the keys.
+
+    >>> emit_partition_keys_argument(True, None)
+    Traceback (most recent call last):
+    ...
+    ValueError: emit_partition_keys=True needs asset=Asset(...): the keys are those of the asset's events
+    """
+    if not isinstance(emit_partition_keys, bool):
+        raise ValueError(f"emit_partition_keys={emit_partition_keys!r} must be True or False")
+    if emit_partition_keys and asset is None:
+        raise ValueError(
+            f"emit_partition_keys={emit_partition_keys!r} needs asset=Asset(...): the keys are those of the "
+            "asset's events"
+        )
+    return emit_partition_keys

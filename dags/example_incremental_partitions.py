@@ -5,6 +5,8 @@ full, the last two days run again to pick up late orders (grace), failed units r
 older is skipped. The Spark job (through ``SparkSubmitHook``) reads only those days of the source
 (partition pruning), converts amounts, and overwrites exactly the output of the units it ran. A sensor
 then waits until every unit of the run's day has succeeded, and a last task reads that day's output.
+Each day x region written is an event of the partitioned asset ``orders_daily`` (``emit_partition_keys``):
+``example_partition_report`` runs once per such key.
 
 Paths: ``$WM_EXAMPLE_BASE`` (default ``/tmp/airflow-provider-wm-example``) holds ``orders/`` (the source,
 partitioned by ``event_date``), ``orders_daily/`` (the target) and ``store/`` (plans, manifests, state).
@@ -51,6 +53,7 @@ with DAG(
         target=TARGET,
         store_path=STORE,
         asset=Asset(name="orders_daily", uri=f"file://{TARGET}"),
+        emit_partition_keys=True,  # an asset event per day x region written: example_partition_report
         spark_conn_id=os.environ.get("WM_SPARK_CONN_ID") or None,
         retries=1,
         retry_delay=timedelta(seconds=1),

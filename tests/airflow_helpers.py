@@ -89,6 +89,24 @@ def asset_event_extras(asset_name: str) -> list[dict[str, Any]]:
         return [dict(e.extra or {}) for e in events]
 
 
+def asset_event_partition_keys(asset_name: str) -> list[tuple[int | None, str | None]]:
+    """``(extra["version"], partition_key)`` of every event of the active asset named ``asset_name``, in the order
+    they were recorded (the keys of one task's events sorted)."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.name == asset_name, AssetModel.active.has())
+            .order_by(AssetEvent.id)
+            .all()
+        )
+        found = [((e.extra or {}).get("version"), e.partition_key) for e in events]
+    return sorted(found, key=lambda pair: (pair[0] or 0, pair[1] or ""))
+
+
 def asset_state(asset_name: str, key: str) -> Any:
     """The JSON value stored under ``key`` in the asset state store of the active asset named ``asset_name``."""
     import json

@@ -28,7 +28,7 @@ class WindowedRequest(JobRequest):
     ``(arrival_from_ms, arrival_until_ms]`` (for a rollup: the upstream's pane versions in that range), merge
     them with the open windows of ``state_in``, fire, and write the panes, the late rows and ``state_out``.
     ``spec`` is :meth:`AggregationSpec.to_json`; ``source_watermark_ms`` the store's watermark the operator
-    read (or the merged inputs' coalesced one)."""
+    read (or the merged inputs' coalesced one). ``fired_hours``: report the hours of the windows that fired."""
 
     job: ClassVar[str] = "windowed_aggregate"
     pipeline: str
@@ -52,6 +52,7 @@ class WindowedRequest(JobRequest):
     state_in: str | None = None
     live_in: str | None = None
     live_out: str | None = None
+    fired_hours: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,9 @@ class WindowedTotals(Contract):
 @dataclass(frozen=True)
 class WindowedManifest(JobManifest):
     """The run's watermark, what it read and fired, and where the new state (and a rollup's live panes) are;
-    ``late_output`` is set when the run wrote too-late or invalid rows."""
+    ``late_output`` is set when the run wrote too-late or invalid rows; ``fired_hours_ms`` (when the request
+    asked for it) the distinct UTC hours (epoch ms, ascending) in which the windows of the run's panes start,
+    a global window's excepted."""
 
     pipeline: str
     run_id: str
@@ -97,5 +100,6 @@ class WindowedManifest(JobManifest):
     state_path: str | None = None
     live_path: str | None = None
     duration_s: float = 0.0
+    fired_hours_ms: list[int] | None = None
     status: str = "succeeded"
     job: str = "windowed_aggregate"

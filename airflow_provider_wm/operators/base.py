@@ -74,11 +74,13 @@ class JobRound(Generic[StateT]):
 @dataclass
 class Outcome(Generic[StateT]):
     """What a run computed: the document to commit (None: nothing to commit, e.g. a dry run), the XCom
-    summary, and the asset event's ``extra``."""
+    summary, the asset event's ``extra`` and its partition keys (one asset event per key; none: one event
+    without a key)."""
 
     document: StateT | None
     summary: dict[str, Any]
     asset_extra: dict[str, Any] = field(default_factory=dict)
+    partition_keys: list[str] = field(default_factory=list)
 
 
 class StatefulSparkOperator(BaseOperator, Generic[StateT]):
@@ -197,6 +199,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         context["ti"].xcom_push(key=self.state_xcom_key, value=outcome.document.to_json())
         if self.asset is not None:
             context["outlet_events"][self.asset].extra = outcome.asset_extra
+            if outcome.partition_keys:
+                context["outlet_events"][self.asset].add_partitions(outcome.partition_keys)
         self.commit(context, outcome.document, committed)
         self.run_lineage = self.lineage(outcome.document, outcome.summary)
         return outcome.summary

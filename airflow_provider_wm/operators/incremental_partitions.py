@@ -9,8 +9,9 @@ from typing import Any
 from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.arguments import emit_partition_keys_argument, require_paths
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WorkUnitRequest
+from airflow_provider_wm.core.asset_partitions import partition_event_key
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.core.partitions import (
     PartitionSpec,
@@ -111,6 +112,12 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         publishes the end of the partitions done for every unit together with all earlier ones
         (:func:`~airflow_provider_wm.core.partitions.complete_until`); downstream DAGs wait on it with
         ``StreamWatermarkSensor``.
+    :param emit_partition_keys: the asset's events carry partition keys (Airflow's partitioned assets): one
+        event per work unit the run wrote (new, re-read within the grace period, failed before, backfilled),
+        keyed by the partition's start in ``timezone``, ``%Y-%m-%dT%H:%M:%S``, as ``<unit>|<start>`` with
+        units (:func:`~airflow_provider_wm.core.asset_partitions.partition_event_key`). A DAG scheduled by
+        ``PartitionedAssetTimetable`` on ``asset`` then runs once per key; Airflow does not start DAGs with
+        a plain asset schedule on keyed events, hence off by default.
     """
 
     template_fields: Sequence[str] = template_fields_of("source", "target")
@@ -142,9 +149,11 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         dry_run: bool = False,
         asset: Asset | None = None,
         output_stream: str | None = None,
+        emit_partition_keys: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(store_path=store_path, asset=asset, **kwargs)
+        self.emit_partition_keys = emit_partition_keys_argument(emit_partition_keys, asset)
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         require_paths(source=source, target=target)
@@ -292,7 +301,19 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
             "work_units_executed": summary["executed"],
             "failed": summary["failed"],
         }
-        return Outcome(document, summary, extra)
+        return Outcome(document, summary, extra, self._partition_keys(results))
+
+    def _partition_keys(self, results: list[UnitResult]) -> list[str]:
+        """One key per work unit the run wrote (an earlier attempt of the run included), when asked for."""
+        if not self.emit_partition_keys:
+            return []
+        keys = [
+            partition_event_key(r.partition_start, r.unit, self.spec.timezone)
+            for r in results
+            if r.status is UnitStatus.SUCCEEDED
+        ]
+        self.log.info("The asset event carries %s partition keys: %s", len(keys), ", ".join(keys[:50]))
+        return keys
 
     def publish_outputs(self, run: JobRound[PipelineState], outcome: Outcome[PipelineState]) -> None:
         """The output watermark and the store's state document (what the completeness sensor reads)."""

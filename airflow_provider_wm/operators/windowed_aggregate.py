@@ -9,8 +9,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.arguments import emit_partition_keys_argument, require_paths
 from airflow_provider_wm.contracts import WatermarkReached, WindowedManifest, WindowedRequest, describe_reached
+from airflow_provider_wm.core.asset_partitions import hour_keys
 from airflow_provider_wm.core.coalescing import check_watermarks
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.core.windowing import (
@@ -154,6 +155,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     :param output_stream: the derived stream (default: the pipeline's name) to which each successful run
         publishes the watermark of what it emitted: the last window end at or before the watermark
         (:meth:`WindowFn.output_watermark`). Downstream DAGs wait on it with ``StreamWatermarkSensor``.
+    :param emit_partition_keys: the asset's events carry partition keys (Airflow's partitioned assets): one per
+        UTC hour in which a window that fired in the run (any pane) starts, ``%Y-%m-%dT%H:%M:%S``
+        (:func:`~airflow_provider_wm.core.asset_partitions.hour_keys`). Off by default: Airflow does not start
+        DAGs with a plain asset schedule on keyed events.
     """
 
     template_fields: Sequence[str] = template_fields_of("events", "inputs", "output_path", "late_output")
@@ -189,9 +194,11 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         events_format: str = "parquet",
         late_output: str | None = None,
         output_stream: str | None = None,
+        emit_partition_keys: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(store_path=store_path, **kwargs)
+        self.emit_partition_keys = emit_partition_keys_argument(emit_partition_keys, self.asset)
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         upstream_panes = self._upstream_panes(upstream)
@@ -326,6 +333,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             "output": self.output_path,
             "late_output": self.late_output,
             "round_out": store.pipeline_url(self.pipeline, "runs", f"v{version}"),
+            "fired_hours": self.emit_partition_keys,
             **rollup,
         }
         request = WindowedRequest.from_json(fields)  # a rendered template of the wrong type fails here
@@ -376,7 +384,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             "panes": totals["panes"],
             "too_late": totals["too_late"],
         }
-        return Outcome(document, summary, extra)
+        keys = hour_keys(manifest.fired_hours_ms or []) if self.emit_partition_keys else []
+        if keys:
+            self.log.info("The asset event carries %s partition keys (hours of fired windows): %s", len(keys), keys)
+        return Outcome(document, summary, extra, keys)
 
     def publish_outputs(self, run: JobRound[WindowedState], outcome: Outcome[WindowedState]) -> None:
         """The store's state document and the output watermark (the committed state, written last, is the truth)."""

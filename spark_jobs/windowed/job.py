@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
+from airflow_provider_wm.core.partitions import HOUR_MS
 from airflow_provider_wm.core.windowing import (
     LateReason,
     Timing,
@@ -114,7 +116,8 @@ class Job(Firing):
             if events is None:  # the events path has read it
                 state = self.read_state()
             if fresh is None and state is None:
-                return self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
+                manifest = self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
+                return replace(manifest, fired_hours_ms=[] if request.fired_hours else None)
             windows = self.combine(fresh, state) if fresh is not None else state
         assert windows is not None
         # decided twice (panes, state) from a checkpoint, or from the state alone: a projection of its one input
@@ -131,7 +134,16 @@ class Job(Firing):
         )
         self.next_state(counted).write.mode("overwrite").parquet(request.state_out)
         fired = fired_counts.get
-        return self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
+        manifest = self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
+        return replace(manifest, fired_hours_ms=self._fired_hours() if request.fired_hours else None)
+
+    def _fired_hours(self) -> list[int]:
+        """The distinct UTC hours (epoch ms) in which the windows of this run's panes start, read back from the
+        run's partition (one column; one row per hour). A global window starts at no hour."""
+        panes = self.spark.read.parquet(f"{self.request.output.rstrip('/')}/{RUN_PARTITION}={self.version}")
+        start = F.col("window_start")
+        hours = panes.where(start >= 0).select((start - F.pmod(start, F.lit(HOUR_MS))).alias("hour")).distinct()
+        return sorted(int(row["hour"]) for row in hours.collect())
 
     @staticmethod
     def event_counts(observed: Row) -> dict[str | None, int]:

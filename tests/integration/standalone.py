@@ -20,6 +20,8 @@ from typing import Any
 from airflow_provider_wm.demo.standalone import admin_password
 from tests.integration.postgres import free_port
 
+EXAMPLE_DAGS = len(list((Path(__file__).resolve().parents[2] / "dags").glob("example_*.py")))  # one DAG each
+
 RUN_TIMEOUT = 600
 
 
@@ -118,8 +120,8 @@ def running_standalone(home: Path, env: Mapping[str, str]) -> Iterator[Standalon
         wait_until(healthy, "the api-server", 180, process)
         api = Api(url, admin_password(home))
         wait_until(
-            lambda: api.request("GET", "/api/v2/dags?dag_id_pattern=example")["total_entries"] >= 5,
-            "the example DAGs to be parsed",
+            lambda: api.request("GET", "/api/v2/dags?dag_id_pattern=example")["total_entries"] >= EXAMPLE_DAGS,
+            f"the {EXAMPLE_DAGS} example DAGs to be parsed",
             180,
             process,
         )

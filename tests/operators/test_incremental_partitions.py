@@ -17,7 +17,7 @@ from airflow_provider_wm.demo.transforms import FAIL_ONCE_ENV, daily_orders
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.state import pipeline_variable_key
-from tests.airflow_helpers import asset_event_extras, asset_state, fresh_dag, run_dag, xcom
+from tests.airflow_helpers import asset_event_extras, asset_event_partition_keys, asset_state, fresh_dag, run_dag, xcom
 
 JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
 REQUIRED = {
@@ -64,6 +64,8 @@ REQUIRED = {
         ({"timezone": "Europe/Nowhere"}, "timezone='Europe/Nowhere'"),
         ({"source": ""}, "source='' must be a non-empty path"),
         ({"max_active_tis_per_dag": None}, "max_active_tis_per_dag=None: a pipeline's runs share one state"),
+        ({"emit_partition_keys": True}, r"emit_partition_keys=True needs asset=Asset\(...\)"),
+        ({"emit_partition_keys": "yes"}, "emit_partition_keys='yes' must be True or False"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
@@ -148,7 +150,9 @@ def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_ne
     units.mkdir()
     (tmp_path / "regions.parquet").rename(units / "part-0.parquet")
     asset = Asset(name="orders_daily_test", uri=f"file://{tmp_path / 'target'}")
-    dag = pipeline_dag(tmp_path, "p_two", units={"path": str(units), "column": "region"}, asset=asset)
+    dag = pipeline_dag(
+        tmp_path, "p_two", units={"path": str(units), "column": "region"}, asset=asset, emit_partition_keys=True
+    )
 
     run1, states = run_dag(dag, JAN_6)
     assert states == {"orders": "success"}
@@ -191,9 +195,18 @@ def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_ne
     assert committed("p_two") == second and target_ids(tmp_path) == ids
 
     extras = asset_event_extras("orders_daily_test")
-    assert [e["version"] for e in extras] == [1, 2, 2]  # the older run's event says nothing changed
-    assert extras[1]["high_watermark"].startswith("2026-01-07") and extras[2]["covered_by"] == second["run_id"]
+    # an event per partition key (below); the older run's one event says nothing changed
+    assert [e["version"] for e in extras] == [1] * 10 + [2] * 4 + [2]
+    assert extras[10]["high_watermark"].startswith("2026-01-07") and extras[-1]["covered_by"] == second["run_id"]
     assert asset_state("orders_daily_test", "partition_state") == committed("p_two")
+    # one keyed event per work unit written: run 1 the five days, run 2 the grace day 01-05 (late orders) and the
+    # new 01-06; the covered run one event without a key
+    days = [f"2026-01-0{day}T00:00:00" for day in range(1, 7)]
+    assert asset_event_partition_keys("orders_daily_test") == [
+        *sorted((1, f"{unit}|{day}") for unit in ("eu", "us") for day in days[:5]),
+        (2, None),
+        *sorted((2, f"{unit}|{day}") for unit in ("eu", "us") for day in days[4:]),
+    ]
 
     # without its Variable, the pipeline starts from the asset state store's copy (not from scratch)
     Variable.delete(pipeline_variable_key("p_two"))
@@ -219,7 +232,11 @@ def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only
     assert not (tmp_path / "store" / "pipelines" / "p_fail" / "state.json").exists()
 
     marker.write_text("20260103T000000Z us")
-    run, states = run_dag(pipeline_dag(tmp_path, "p_retry", retries=1, retry_delay=timedelta(seconds=0)), JAN_6)
+    asset = Asset(name="orders_retry_test", uri=f"file://{tmp_path / 'target'}")
+    dag = pipeline_dag(
+        tmp_path, "p_retry", retries=1, retry_delay=timedelta(seconds=0), asset=asset, emit_partition_keys=True
+    )
+    run, states = run_dag(dag, JAN_6)
     assert states == {"orders": "success"}
     run_dir = next((tmp_path / "store" / "pipelines" / "p_retry" / "runs").iterdir())
     second = json.loads((run_dir / "attempt-2" / "request.json").read_text())
@@ -233,6 +250,10 @@ def test_a_failed_unit_fails_the_task_without_committing_and_the_retry_runs_only
     ids = target_ids(tmp_path)
     assert len(ids) == len(set(ids)) == 5 * orders_data.ORDERS_PER_DAY
     assert xcom(run, "orders")["executed"] == 10
+    # the run wrote every unit, in its first attempt or its retry: a key each
+    assert asset_event_partition_keys("orders_retry_test") == sorted(
+        (1, f"{unit}|2026-01-0{d}T00:00:00") for d in range(1, 6) for unit in ("eu", "us")
+    )
 
 
 @pytest.mark.slow
@@ -243,7 +264,8 @@ def test_with_partial_success_allowed_the_failed_unit_is_committed_failed_and_ru
     marker = tmp_path / "fail-once"
     monkeypatch.setenv(FAIL_ONCE_ENV, str(marker))
     marker.write_text("20260102T000000Z eu")
-    dag = pipeline_dag(tmp_path, "p_partial", allow_partial_success=True)
+    asset = Asset(name="orders_partial_test", uri=f"file://{tmp_path / 'target'}")
+    dag = pipeline_dag(tmp_path, "p_partial", allow_partial_success=True, asset=asset, emit_partition_keys=True)
     run, states = run_dag(dag, JAN_6)
     assert states == {"orders": "success"}
     assert xcom(run, "orders")["failed"] == [["2026-01-02", "eu"]]
@@ -254,6 +276,18 @@ def test_with_partial_success_allowed_the_failed_unit_is_committed_failed_and_ru
     plan = xcom(run, "orders")["plan"]
     assert plan[1][:4] == ["2026-01-02..2026-01-03", "executes", "eu", 1] and "failed before" in plan[1][4]
     assert xcom(run, "orders")["failed"] == []
+    # the failed unit has no key in run 1; run 2 writes it (failed before) with the grace day and the new day
+    keys = asset_event_partition_keys("orders_partial_test")
+    assert [key for version, key in keys if version == 1] == sorted(
+        f"{unit}|2026-01-0{d}T00:00:00" for d in range(1, 6) for unit in ("eu", "us") if (unit, d) != ("eu", 2)
+    )
+    assert [key for version, key in keys if version == 2] == [
+        "eu|2026-01-02T00:00:00",
+        "eu|2026-01-05T00:00:00",
+        "eu|2026-01-06T00:00:00",
+        "us|2026-01-05T00:00:00",
+        "us|2026-01-06T00:00:00",
+    ]
 
 
 def write_orders(folder, rows: list[dict]) -> None:

@@ -29,7 +29,7 @@ from airflow_provider_wm.operators.windowed_aggregate import (
     tumbling,
 )
 from airflow_provider_wm.state import windowed_variable_key
-from tests.airflow_helpers import fresh_dag, run_dag, xcom
+from tests.airflow_helpers import asset_event_partition_keys, fresh_dag, run_dag, xcom
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)
@@ -77,6 +77,7 @@ def test_window_helpers_take_durations():
         ({"event_time": "event time"}, "event_time='event time'"),
         ({"output": ""}, "output='' must be a non-empty path"),
         ({"max_active_tis_per_dag": 2}, "max_active_tis_per_dag=2: a pipeline's runs share one state"),
+        ({"emit_partition_keys": True}, r"emit_partition_keys=True needs asset=Asset\(...\)"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
@@ -185,7 +186,7 @@ def panes(tmp_path) -> list[tuple]:
 @pytest.mark.slow
 def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_events(airflow_db, tmp_path):
     asset = Asset(name="revenue_15m_test", uri=f"file://{tmp_path / 'panes'}")
-    dag = aggregate_dag(tmp_path, "revenue_a", asset=asset)
+    dag = aggregate_dag(tmp_path, "revenue_a", asset=asset, emit_partition_keys=True)
     write_events(tmp_path / "events", 1, [("eu", 1, 10, 2), ("eu", 16, 5, 17), ("us", 20, 7, 50), ("eu", None, 1, 3)])
     publish(tmp_path, 15)
     run1, states = run_dag(dag, T0 + timedelta(minutes=30))
@@ -234,6 +235,14 @@ def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_e
     assert states == {"revenue": "success"}
     assert xcom(run_old, "revenue")["covered_by"] == third["run_id"]
     assert committed("revenue_a") == third
+    # a keyed event per hour of the windows a run fired: runs 1 and 2 (its late pane included) fired windows of
+    # 00:00-01:00; run 3 fired none and the covered run changed nothing: one event each without a key
+    assert asset_event_partition_keys("revenue_15m_test") == [
+        (1, "2026-01-05T00:00:00"),
+        (2, "2026-01-05T00:00:00"),
+        (3, None),
+        (3, None),
+    ]
 
 
 @pytest.mark.slow

@@ -52,6 +52,7 @@ class Pipeline:
     def __init__(self, spark, tmp_path: Path, spec: AggregationSpec, event_time: str = "t") -> None:
         self.spark, self.base, self.spec, self.event_time = spark, tmp_path, spec, event_time
         self.version, self.previous, self.state, self.arrival = 0, {}, None, None
+        self.fired_hours = False
 
     def write(self, rows: list[tuple[Any, ...]], arrival: int, schema: str = EVENT_SCHEMA) -> None:
         self.spark.createDataFrame([(*r, arrival) for r in rows], schema).write.mode("append").parquet(
@@ -78,6 +79,7 @@ class Pipeline:
             "output": str(self.base / "panes"),
             "late_output": str(self.base / "late"),
             "round_out": str(run_dir),
+            "fired_hours": self.fired_hours,
         }
 
     def run(self, rows, source: int | None = None, arrival: int | None = None, commit: bool = True):
@@ -158,6 +160,21 @@ def test_worked_example_tumbling_retracting_then_purged_then_too_late(spark, tmp
     assert m2["totals"]["windows_purged"] == 1 and m2["totals"]["windows_open"] == 0
     assert m3["totals"]["too_late"] == 1 and m3["totals"]["events_aggregated"] == 0
     assert pipeline.late() == [("a", 120, "TOO_LATE", 3)]
+
+
+def test_the_manifest_reports_the_hours_of_the_windows_each_run_fired_when_asked(spark, tmp_path):
+    minute, hour = 60_000, 3_600_000
+    spec = AggregationSpec(
+        Tumbling(30 * minute), SUM_V, keys=("k",), watermark=StoreWatermark("s"), allowed_lateness_ms=3 * hour
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.fired_hours = True
+    rows = [("a", 10 * minute, 1), ("b", 15 * minute, 1), ("a", 70 * minute, 2), ("a", 130 * minute, 3)]
+    assert pipeline.run(rows, source=3 * hour)["fired_hours_ms"] == [0, hour, 2 * hour]
+    assert pipeline.run([("a", 20 * minute, 4)], source=3 * hour)["fired_hours_ms"] == [0]  # a late pane
+    assert pipeline.run([], source=3 * hour)["fired_hours_ms"] == []
+    pipeline.fired_hours = False
+    assert pipeline.run([("a", 25 * minute, 5)], source=3 * hour)["fired_hours_ms"] is None
 
 
 def test_worked_example_session_merge_retracts_both_sessions(spark, tmp_path):
