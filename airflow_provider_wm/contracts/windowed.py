@@ -78,6 +78,25 @@ class WindowedTotals(Contract):
     windows_open: int = 0
     windows_purged: int = 0
 
+    def table(self) -> str:
+        """The run's figures, one per line, for the task log::
+
+        events read                  120
+        aggregated                   118
+        ...
+        """
+        rows = [
+            ("events read", self.events_read),
+            ("aggregated", self.events_aggregated),
+            ("too late (dropped)", self.too_late),
+            ("invalid event time", self.invalid_event_time),
+            ("invalid arrival", self.invalid_arrival),
+            *((f"panes {timing}", count) for timing, count in self.panes.to_json().items()),
+            ("windows open", self.windows_open),
+            ("windows purged", self.windows_purged),
+        ]
+        return "\n".join(f"{name:<22}{count:>12}" for name, count in rows)
+
 
 @dataclass(frozen=True)
 class WindowedManifest(JobManifest):

@@ -70,32 +70,15 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     them (checked when the DAG is parsed). Each run reads the pane rows of the upstream versions committed
     since its previous run; a retraction undoes the pane it repeats and a newer pane of an upstream window
     replaces the older one, so a rollup of an upstream with early and late panes stays exact. Its watermark
-    is the upstream's output stream, never ahead of what the upstream has committed. Example, hourly revenue
-    from the 5-minute panes above::
-
-        WindowedAggregateOperator(
-            task_id="revenue_1h", pipeline="revenue_1h", upstream=revenue_5m, window=tumbling("PT1H"),
-            keys=["region"], aggregates={"orders": "sum(orders)", "revenue": "sum(revenue)"},
-            output="/data/revenue_1h", store_path="/data/wm-store",
-        )
+    is the upstream's output stream, never ahead of what the upstream has committed (example: the
+    operator's docs page, "Rollups: aggregating an aggregate's panes").
 
     A merge of several event streams (Apex's MergeWindowedOperator) gives ``inputs`` instead of ``events``:
     each input's events go to the same windows, aggregates name their input (``count(orders.*)``,
     ``sum(orders.amount)``), so each pane holds both inputs' aggregates side by side and ``keys`` join them
     within the window. The watermark is the minimum of the inputs' stream watermarks over those that are not
-    idle (``idle_timeout``; ``when_all_idle``, as :class:`StreamWatermarkSensor`). Example::
-
-        WindowedAggregateOperator(
-            task_id="orders_deliveries_10m", pipeline="orders_deliveries_10m", keys=["region"],
-            inputs={
-                "orders": {"events": "/data/orders", "event_time": "event_time", "arrival_column": "ingested_at",
-                           "watermark": {"stream": "orders"}},
-                "deliveries": {"events": "/data/deliveries", "event_time": "delivered_at",
-                               "arrival_column": "ingested_at", "watermark": {"stream": "deliveries"}},
-            },
-            window=tumbling("PT10M"), idle_timeout="PT45M",
-            aggregates={"orders": "count(orders.*)", "delivered": "count(deliveries.*)"}, ...
-        )
+    idle (``idle_timeout``; ``when_all_idle``, as :class:`StreamWatermarkSensor`); see the docs page, "Merging
+    streams".
 
     Only after the job succeeded the operator commits: XCom (the manifest summary), an asset event (when
     ``asset`` is given) and, last, the state (state pointer, watermark, input cut-off) to the asset state store
@@ -496,36 +479,24 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         return int(latest["lower_ms"])
 
     def _log_manifest(self, manifest: WindowedManifest) -> None:
-        totals = manifest.totals.to_json()
-        panes = totals["panes"]
-        lines = [
-            f"{'events read':<22}{totals['events_read']:>12}",
-            f"{'aggregated':<22}{totals['events_aggregated']:>12}",
-            f"{'too late (dropped)':<22}{totals['too_late']:>12}",
-            f"{'invalid event time':<22}{totals['invalid_event_time']:>12}",
-            f"{'invalid arrival':<22}{totals['invalid_arrival']:>12}",
-            *(f"{'panes ' + timing:<22}{count:>12}" for timing, count in panes.items()),
-            f"{'windows open':<22}{totals['windows_open']:>12}",
-            f"{'windows purged':<22}{totals['windows_purged']:>12}",
-        ]
         self.log.info(
             "Run v%s of %s: watermark %s (was %s)\n%s",
             manifest.version,
             self.pipeline,
             format_ms(manifest.watermark_ms),
             format_ms(manifest.previous_watermark_ms),
-            "\n".join(lines),
+            manifest.totals.table(),
         )
         if manifest.late_output:
             self.log.warning(
                 "Too-late and invalid events of this run: %s (wm_run=%s)", manifest.late_output, manifest.version
             )
-        if totals["invalid_arrival"]:
+        if manifest.totals.invalid_arrival:
             self.log.warning(
                 "%s rows of the events have a null, unparseable or out-of-range %s (arrival_column): no run can "
                 "read them as events, so every run quarantines them as INVALID_ARRIVAL in %s (wm_run=%s) until "
                 "they are fixed at the source",
-                totals["invalid_arrival"],
+                manifest.totals.invalid_arrival,
                 self._arrival_columns(),
                 manifest.late_output,
                 manifest.version,
