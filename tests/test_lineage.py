@@ -141,7 +141,7 @@ def test_each_stateful_operator_reports_its_datasets_and_watermark_facet_to_open
 
     controller, cutoff, summary = (
         events["controller"],
-        asset_state("lineage_streams", "controller_cutoff"),
+        asset_state("lineage_streams", "controller_cutoff/lineage_controller"),
         xcom_of("controller"),
     )
     assert names(controller["inputs"]) == [("file", f"{base}/marks"), ("file", f"{base}/segments")]
@@ -157,7 +157,8 @@ def test_each_stateful_operator_reports_its_datasets_and_watermark_facet_to_open
     assert facet["quarantined"] == sum(totals["rejected"].values()) + sum(totals["quarantined"].values()) > 0
     assert "covered_by" not in facet  # None: the client leaves it out
 
-    windows, state, summary = events["windows"], asset_state("lineage_orders_15m", "windowed_state"), xcom_of("windows")
+    state = asset_state("lineage_orders_15m", "windowed_state/lineage_windows")
+    windows, summary = events["windows"], xcom_of("windows")
     assert names(windows["inputs"]) == [("file", f"{base}/order_events")]
     assert names(windows["outputs"]) == [("file", f"{base}/orders_15m"), ("file", f"{base}/orders_15m_late")]
     facet = windows["run"]["facets"]["watermark"]
@@ -176,7 +177,7 @@ def test_each_stateful_operator_reports_its_datasets_and_watermark_facet_to_open
         ("file", f"{base}/store/pipelines/lineage_daily/quarantine"),
     ]
     facet = partitions["run"]["facets"]["watermark"]
-    committed = asset_state("lineage_orders_daily", "partition_state")
+    committed = asset_state("lineage_orders_daily", "partition_state/lineage_daily")
     assert (facet["kind"], facet["version"], facet["cutoff_ms"]) == ("incremental_partitions", 1, at)
     assert facet["cutoff_ms"] == committed["processed_until_ms"]
     published = WatermarkStoreHook(f"{base}/store").read_latest("lineage_daily")["lower_ms"]

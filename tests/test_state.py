@@ -136,9 +136,9 @@ def test_the_asset_state_store_is_primary_and_a_stale_commit_is_refused_in_both_
 
     message, asset = run_with_asset_state(overlapping_runs)
     assert "moved from version 0 to 1" in message
-    assert asset_state(asset, "partition_state")["run_id"] == "run-a"
+    assert asset_state(asset, "partition_state/p_asset_race")["run_id"] == "run-a"
     assert Variable.get(pipeline_variable_key("p_asset_race"), deserialize_json=True) == asset_state(
-        asset, "partition_state"
+        asset, "partition_state/p_asset_race"
     )
 
 
@@ -148,7 +148,7 @@ def test_a_variable_only_pipeline_is_read_from_its_variable_and_migrated_by_its_
 
     def next_run(store: Any) -> dict[str, Any]:
         carried = CommittedState(PIPELINE_STATE, "p_migrate", store)
-        before = store.get("partition_state")
+        before = store.get("partition_state/p_migrate")
         committed = carried.read()
         assert committed is not None
         carried.commit(replace(committed, version=5, run_id="new-run", processed_until_ms=2_000), committed)
@@ -156,7 +156,7 @@ def test_a_variable_only_pipeline_is_read_from_its_variable_and_migrated_by_its_
 
     result, asset = run_with_asset_state(next_run)
     assert result["before"] is None and result["read"] == older.to_json()
-    assert asset_state(asset, "partition_state")["version"] == 5
+    assert asset_state(asset, "partition_state/p_migrate")["version"] == 5
     assert Variable.get(pipeline_variable_key("p_migrate"), deserialize_json=True)["run_id"] == "new-run"
 
 
@@ -172,7 +172,7 @@ def test_when_the_two_copies_disagree_the_higher_version_wins_and_the_next_commi
     Variable.set(pipeline_variable_key(name), json.dumps(replace(document(in_variable, "v"), pipeline=name).to_json()))
 
     def next_run(store: Any) -> list[int]:
-        store.set("partition_state", replace(document(in_asset, "a"), pipeline=name).to_json())
+        store.set(f"partition_state/{name}", replace(document(in_asset, "a"), pipeline=name).to_json())
         carried = CommittedState(PIPELINE_STATE, name, store)
         committed = carried.read()
         assert committed is not None
@@ -187,13 +187,14 @@ def test_when_the_two_copies_disagree_the_higher_version_wins_and_the_next_commi
 
     result, asset = run_with_asset_state(next_run)
     assert result == [winner, True]
-    assert asset_state(asset, "partition_state")["version"] == winner + 1
-    assert Variable.get(pipeline_variable_key(name), deserialize_json=True) == asset_state(asset, "partition_state")
+    assert asset_state(asset, f"partition_state/{name}")["version"] == winner + 1
+    mirror = Variable.get(pipeline_variable_key(name), deserialize_json=True)
+    assert mirror == asset_state(asset, f"partition_state/{name}")
 
 
 def test_an_asset_state_that_holds_no_state_document_fails_naming_the_key(airflow_db):
     def read(store: Any) -> str:
-        store.set("partition_state", {"pipeline": "p_bad_asset"})
+        store.set("partition_state/p_bad_asset", {"pipeline": "p_bad_asset"})
         try:
             CommittedState(PIPELINE_STATE, "p_bad_asset", store).read()
         except StateDamaged as exc:
@@ -201,6 +202,22 @@ def test_an_asset_state_that_holds_no_state_document_fails_naming_the_key(airflo
         return "no error"
 
     message, _asset = run_with_asset_state(read)
-    assert "pipeline 'p_bad_asset': the asset state store key 'partition_state' does not hold a state document" in (
-        message
-    )
+    expected = "the asset state store key 'partition_state/p_bad_asset' does not hold a state document"
+    assert f"pipeline 'p_bad_asset': {expected}" in message
+
+
+def test_two_pipelines_sharing_an_asset_keep_a_document_each(airflow_db):
+    def two_pipelines(store: Any) -> list[int | None]:
+        first = CommittedState(PIPELINE_STATE, "p_shared_a", store)
+        second = CommittedState(PIPELINE_STATE, "p_shared_b", store)
+        first.commit(replace(document(1, "a-1"), pipeline="p_shared_a"), None)
+        first.commit(replace(document(2, "a-2"), pipeline="p_shared_a"), first.read())
+        unseen = second.read()  # the other pipeline's version 2 is not this one's state
+        second.commit(replace(document(1, "b-1"), pipeline="p_shared_b"), unseen)
+        read_a, read_b = first.read(), second.read()
+        return [None if unseen is None else unseen.version, read_a and read_a.version, read_b and read_b.version]
+
+    result, asset = run_with_asset_state(two_pipelines)
+    assert result == [None, 2, 1]
+    assert asset_state(asset, "partition_state/p_shared_a")["run_id"] == "a-2"
+    assert asset_state(asset, "partition_state/p_shared_b")["run_id"] == "b-1"

@@ -201,8 +201,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
             context["outlet_events"][self.asset].extra = outcome.asset_extra
             if outcome.partition_keys:
                 context["outlet_events"][self.asset].add_partitions(outcome.partition_keys)
+        self.run_lineage = self.lineage(outcome.document, outcome.summary)  # before the commit: it may fail
         self.commit(context, outcome.document, committed)
-        self.run_lineage = self.lineage(outcome.document, outcome.summary)
         return outcome.summary
 
     @staticmethod

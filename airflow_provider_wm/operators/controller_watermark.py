@@ -29,7 +29,7 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
     segments, and the controller state of the previous round; it writes the next state version, a quarantine
     of bad and rejected marks, and a manifest. The operator then publishes each new watermark to the store
     (monotone), pushes the results to XCom, and commits the cut-off as its very last step: to the asset state
-    store (key ``controller_cutoff``, with ``asset``) and the Variable ``wm_controller__<controller>``. A
+    store (key ``controller_cutoff/<controller>``, with ``asset``) and the Variable ``wm_controller__<controller>``. A
     failed run leaves the cut-off as it was; its retry computes the same round and overwrites its own outputs.
     A run whose logical time is not after the committed cut-off does nothing and returns the committed result,
     so re-running a finished run changes nothing.
@@ -48,7 +48,7 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
     :param spark_conf: extra Spark configuration for the job.
     :param asset: the Asset standing for this controller's watermarks: declared as an outlet; each successful
         round emits an asset event whose ``extra`` holds the cut-off and every stream's lower time, and the
-        cut-off is committed to its asset state store (``controller_cutoff``, the primary copy).
+        cut-off is committed to its asset state store (``controller_cutoff/<controller>``, the primary copy).
     """
 
     template_fields: Sequence[str] = template_fields_of("marks_path", "segments_path")

@@ -55,7 +55,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     from the pipeline's committed state, logs the plan as a table, submits
     ``spark_jobs/incremental_partitions.py`` through ``SparkSubmitHook`` for the executing units, and commits
     each unit's new high watermark only after the job succeeded: to the store's state document, XCom, an
-    asset event (when ``asset`` is given) and, last, the asset state store (``partition_state``, with
+    asset event (when ``asset`` is given) and, last, the asset state store (``partition_state/<pipeline>``, with
     ``asset``) and the Variable ``wm_partitions__<pipeline>`` (checked against the version read at the start;
     one task instance at a time by default).
 

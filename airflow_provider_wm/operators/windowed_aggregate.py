@@ -82,7 +82,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
 
     Only after the job succeeded the operator commits: XCom (the manifest summary), an asset event (when
     ``asset`` is given) and, last, the state (state pointer, watermark, input cut-off) to the asset state store
-    (``windowed_state``, with ``asset``) and the Variable ``wm_windows__<pipeline>``, checked against the
+    (``windowed_state/<pipeline>``, with ``asset``) and the Variable ``wm_windows__<pipeline>``, checked against the
     version read at the start. A failed run
     commits nothing: its retry starts from the same state and replaces its own output partition.
 
@@ -417,7 +417,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
                 f"pipeline {self.pipeline!r}: {', '.join(changes)} changed since version {committed.version} "
                 f"({list(before)} -> {list(after)}); the open windows cannot be carried over. Use a new pipeline "
                 f"name, or delete its state (the Variable wm_windows__{self.pipeline} and its asset state store key "
-                "windowed_state) to start over."
+                f"windowed_state/{self.pipeline}) to start over."
             )
 
     def _rollup_inputs(

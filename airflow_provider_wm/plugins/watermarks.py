@@ -18,14 +18,13 @@ or a bearer token); an anonymous request gets 401. Stream and pipeline names are
 store, so no request reaches outside it.
 
 The store is ``[wm] store_path`` (``AIRFLOW__WM__STORE_PATH``), else the ``wm_store_default`` connection. A
-pipeline's asset is the active asset whose state store holds its committed state (``controller_cutoff``,
-``partition_state`` or ``windowed_state``, see :mod:`airflow_provider_wm.state`); the page links it to the asset's
-page in the Airflow UI (``assets/<id>``).
+pipeline's asset is the active asset whose state store holds its committed state (the key
+``controller_cutoff/<name>``, ``partition_state/<name>`` or ``windowed_state/<name>``, see
+:mod:`airflow_provider_wm.state`); the page links it to the asset's page in the Airflow UI (``assets/<id>``).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from functools import cache
 from importlib import resources
@@ -35,7 +34,7 @@ from airflow.api_fastapi.core_api.security import get_user
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook
 from airflow_provider_wm.links import PAGE_PATH
@@ -116,27 +115,19 @@ def state_assets() -> dict[tuple[str, str], dict[str, Any]]:
     from airflow.models.asset_state_store import AssetStateStoreModel
     from airflow.utils.session import create_session
 
-    keys = {kind.asset_key: field for kind, field in _NAME_FIELDS}
+    prefixes = [kind.asset_key for kind in (CONTROLLER_STATE, PIPELINE_STATE, WINDOWED_STATE)]
     found: dict[tuple[str, str], dict[str, Any]] = {}
     with create_session() as session:
         rows = session.execute(
-            select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetStateStoreModel.key, AssetStateStoreModel.value)
+            select(AssetModel.id, AssetModel.name, AssetModel.uri, AssetStateStoreModel.key)
             .join(AssetStateStoreModel, AssetStateStoreModel.asset_id == AssetModel.id)
-            .where(AssetStateStoreModel.key.in_(keys), AssetModel.active.has())
+            .where(or_(*(AssetStateStoreModel.key.startswith(f"{p}/") for p in prefixes)), AssetModel.active.has())
             .order_by(AssetModel.id)
         )
-        for asset_id, name, uri, key, value in rows:
-            try:
-                document = json.loads(value)
-                owner = document[keys[key]] if isinstance(document, dict) else None
-            except (ValueError, KeyError):  # a value kept by a custom state backend, or damaged: no link
-                continue
-            if isinstance(owner, str):
-                found.setdefault((key, owner), {"id": asset_id, "name": name, "uri": uri})
+        for asset_id, name, uri, key in rows:
+            prefix, owner = key.split("/", 1)  # the state key names its owner: "windowed_state/orders_15m"
+            found.setdefault((prefix, owner), {"id": asset_id, "name": name, "uri": uri})
     return found
-
-
-_NAME_FIELDS = ((CONTROLLER_STATE, "controller"), (PIPELINE_STATE, "pipeline"), (WINDOWED_STATE, "pipeline"))
 
 
 def with_assets(data: dict[str, Any], assets: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:

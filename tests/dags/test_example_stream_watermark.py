@@ -63,7 +63,7 @@ def test_two_consecutive_runs_continue_from_the_first_runs_cutoff(airflow_db, tm
     extras = asset_event_extras("example_controller_watermarks")
     assert [e["version"] for e in extras] == [1, 2, 2] and extras[2]["covered_by"] == second["run_id"]
     assert extras[1]["lower_ms"]["orders"] == orders["lower_ms"]
-    assert asset_state("example_controller_watermarks", "controller_cutoff") == second
+    assert asset_state("example_controller_watermarks", "controller_cutoff/example_controller") == second
     # what the Watermarks page shows beside each watermark: the round's verdict on the stream
     status = store.read_stream_status("orders")
     assert status is not None and status["run_id"] == run2.run_id and status["no_active_writers"] is False

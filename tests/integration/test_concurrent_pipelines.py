@@ -194,8 +194,9 @@ class Observed:
         return variable_value(self.variables[key])
 
     def committed(self, asset: str, state_key: str, variable: str) -> dict[str, Any]:
-        """The committed state: the asset state store's document (the primary copy), which the Variable mirrors."""
-        document = self.asset_states[(asset, state_key)]
+        """The committed state: the asset state store's document (the primary copy, under ``<state_key>/<name>``,
+        the name being the Variable's after its prefix), which the Variable mirrors."""
+        document = self.asset_states[(asset, f"{state_key}/{variable.split('__', 1)[1]}")]
         assert self.variable(variable) == document, f"the Variable {variable} differs from {asset}'s state store"
         return document
 

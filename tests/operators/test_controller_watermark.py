@@ -165,7 +165,7 @@ def test_the_asset_state_store_holds_the_cutoff_migrated_from_a_variable_and_unc
     run, states = run_dag(controller_dag(tmp_path, "c_asset", asset=asset), HOUR_1_END + timedelta(hours=1))
     assert states == {"controller": "success"}
     second = cutoff("c_asset")
-    assert second["version"] == 2 and asset_state(asset.name, "controller_cutoff") == second
+    assert second["version"] == 2 and asset_state(asset.name, "controller_cutoff/c_asset") == second
     assert xcom(run, "controller", "cutoff") == second
     assert "migrated from the Variable wm_controller__c_asset to the asset state store" in "".join(capfd.readouterr())
 
@@ -173,14 +173,14 @@ def test_the_asset_state_store_holds_the_cutoff_migrated_from_a_variable_and_unc
     failing = controller_dag(tmp_path, "c_asset", asset=asset, marks_path=str(broken))
     _run, states = run_dag(failing, HOUR_1_END + timedelta(hours=2))
     assert states == {"controller": "failed"}
-    assert asset_state(asset.name, "controller_cutoff") == cutoff("c_asset") == second
+    assert asset_state(asset.name, "controller_cutoff/c_asset") == cutoff("c_asset") == second
 
     # the Variable restored from an older backup: the asset state store (higher version) wins, the run continues
     # from version 2 and the commit rewrites the Variable
     Variable.set(cutoff_variable_key("c_asset"), json.dumps({**second, "version": 1}))
     _run, states = run_dag(controller_dag(tmp_path, "c_asset", asset=asset), HOUR_1_END + timedelta(hours=2))
     assert states == {"controller": "success"}
-    third = asset_state(asset.name, "controller_cutoff")
+    third = asset_state(asset.name, "controller_cutoff/c_asset")
     assert third["version"] == 3 and cutoff("c_asset") == third
     assert third["processed_until_ms"] > second["processed_until_ms"]
     assert "the asset state store wins" in "".join(capfd.readouterr())

@@ -198,7 +198,7 @@ def test_runs_commit_high_watermarks_and_the_next_run_executes_only_grace_and_ne
     # an event per partition key (below); the older run's one event says nothing changed
     assert [e["version"] for e in extras] == [1] * 10 + [2] * 4 + [2]
     assert extras[10]["high_watermark"].startswith("2026-01-07") and extras[-1]["covered_by"] == second["run_id"]
-    assert asset_state("orders_daily_test", "partition_state") == committed("p_two")
+    assert asset_state("orders_daily_test", "partition_state/p_two") == committed("p_two")
     # one keyed event per work unit written: run 1 the five days, run 2 the grace day 01-05 (late orders) and the
     # new 01-06; the covered run one event without a key
     days = [f"2026-01-0{day}T00:00:00" for day in range(1, 7)]
