@@ -127,7 +127,11 @@ def _environment() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("SPARK_HOME", str(spark_home()))
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {quiet_java_options()}".strip()
+    # a server compiles every query's generated code for hours: with C1 alone (-XX:TieredStopAtLevel=1, a
+    # short-lived JVM's option in a shared spark-defaults.conf) the code cache defaults to 48 MB, and a full one
+    # kills the JVM ("Out of space in CodeCache")
+    options = f"{quiet_java_options()} -XX:ReservedCodeCacheSize=256m"
+    env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {options}".strip()
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
