@@ -13,6 +13,7 @@ SIGTERM stops every component (and the processes they started) and the Spark Con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -24,6 +25,9 @@ import time
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from airflow_provider_wm.demo import data, order_events, orders_data
 
@@ -122,7 +126,8 @@ def run_until_stopped(home: Path, port: int, env: dict[str, str]) -> int:
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     logs = home / "components"
     logs.mkdir(exist_ok=True)
     subprocess.run(["airflow", "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
@@ -140,7 +145,7 @@ def run_until_stopped(home: Path, port: int, env: dict[str, str]) -> int:
                         stdin=subprocess.DEVNULL,
                         process_group=group or 0,  # the first one leads a new group; the others join it
                     )
-                group = group or processes[name].pid
+                    group = group or processes[name].pid
                 if name == "api-server":
                     wait_until_healthy(port, processes[name], logs / f"{name}.log")
             print("Airflow is up: the scheduler starts the replay now", flush=True)
@@ -152,10 +157,29 @@ def run_until_stopped(home: Path, port: int, env: dict[str, str]) -> int:
         except KeyboardInterrupt:
             return 0
         finally:
-            if group is not None:
-                terminate_group(group, timeout=30)
-            for process in processes.values():
-                process.wait()
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a second Ctrl-C must not cut this short
+                signal.signal(signum, signal.SIG_IGN)
+            stop_all(group, list(processes.values()), terminate_group)
+
+
+def stop_all(group: int | None, processes: list[subprocess.Popen[bytes]], terminate_group: Any) -> None:
+    """Stop the components' process group, then whatever they started outside it: Airflow runs each task in a
+    process group of its own, which a task still running after the group's grace time would outlive."""
+    started = [child for p in processes if p.poll() is None for child in _descendants(p.pid)]
+    if group is not None:
+        terminate_group(group, timeout=30)
+    for child in started:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    for process in processes:
+        process.wait()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
 
 
 def wait_until_healthy(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
