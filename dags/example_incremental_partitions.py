@@ -34,6 +34,7 @@ with DAG(
     dag_id="example_incremental_partitions",
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     **demo_schedule(START, timedelta(days=1), last=START + timedelta(days=4), end=START + timedelta(days=8)),
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=5)},  # e.g. a lost worker, a conflict
     tags=["example", "partitions"],
     doc_md=__doc__,
 ) as dag:

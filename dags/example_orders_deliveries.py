@@ -33,6 +33,7 @@ with DAG(
     dag_id="example_orders_deliveries",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     **demo_schedule(START, timedelta(hours=1), last=START + timedelta(hours=3), end=START + timedelta(hours=4)),
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=5)},  # e.g. a lost worker, a conflict
     tags=["example", "watermark", "windows"],
     doc_md=__doc__,
 ) as dag:

@@ -35,6 +35,7 @@ with DAG(
     dag_id="example_stream_watermark",
     schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
     **demo_schedule(START, timedelta(hours=1), last=START + timedelta(hours=3), end=START + timedelta(hours=4)),
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=5)},  # e.g. a lost worker, a conflict
     tags=["example", "watermark"],
     doc_md=__doc__,
 ) as dag:

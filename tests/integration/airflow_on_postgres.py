@@ -195,9 +195,15 @@ def print_logs(setup: AirflowOnPostgres, names: list[str]) -> None:
 
 
 def print_task_logs(setup: AirflowOnPostgres, dag_id: str = "*", run_id: str = "*") -> None:
-    """Print the end of each task log (every attempt) of the given DAG and run; all of them by default."""
+    """Print the end of each task log (every attempt) of the given DAG and run; all of them by default. For one
+    run, also the components' log lines that name it (a task that failed before it could log shows only there)."""
     for task_log in sorted((setup.home / "logs").glob(f"dag_id={dag_id}/run_id={run_id}/**/*.log")):
         print(f"\n----- task log {task_log.relative_to(setup.home)} -----\n{tail(task_log, 80)}")
+    if run_id == "*":
+        return
+    for component_log in sorted(setup.logs.glob("*.log")):
+        lines = [line for line in component_log.read_text(errors="replace").splitlines() if run_id in line]
+        print(f"\n----- {component_log.name}: lines naming {run_id} -----\n" + "\n".join(lines[-40:]))
 
 
 def wait_for(
