@@ -73,8 +73,8 @@ def xcom(run: Any, task_id: str, key: str = "return_value") -> Any:
         return None if row is None else XComModel.deserialize_value(row)
 
 
-def asset_event_extras(asset_name: str) -> list[dict[str, Any]]:
-    """The ``extra`` of every event of the active asset named ``asset_name``, oldest first."""
+def _asset_events(asset_name: str) -> list[Any]:
+    """Every event of the active asset named ``asset_name``, oldest first (detached from the session)."""
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
 
@@ -86,24 +86,19 @@ def asset_event_extras(asset_name: str) -> list[dict[str, Any]]:
             .order_by(AssetEvent.id)
             .all()
         )
-        return [dict(e.extra or {}) for e in events]
+        session.expunge_all()
+        return events
+
+
+def asset_event_extras(asset_name: str) -> list[dict[str, Any]]:
+    """The ``extra`` of every event of the active asset named ``asset_name``, oldest first."""
+    return [dict(e.extra or {}) for e in _asset_events(asset_name)]
 
 
 def asset_event_partition_keys(asset_name: str) -> list[tuple[int | None, str | None]]:
     """``(extra["version"], partition_key)`` of every event of the active asset named ``asset_name``, in the order
     they were recorded (the keys of one task's events sorted)."""
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        events = (
-            session.query(AssetEvent)
-            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-            .filter(AssetModel.name == asset_name, AssetModel.active.has())
-            .order_by(AssetEvent.id)
-            .all()
-        )
-        found = [((e.extra or {}).get("version"), e.partition_key) for e in events]
+    found = [((e.extra or {}).get("version"), e.partition_key) for e in _asset_events(asset_name)]
     return sorted(found, key=lambda pair: (pair[0] or 0, pair[1] or ""))
 
 
