@@ -30,7 +30,9 @@ class RoundWatermark(Contract):
 class WatermarkRecord(Contract):
     """One record of the store: a watermark and who published it. A controller's records carry
     ``controller`` and a ``stream_cut``; a derived stream's (an operator's output watermark) carry ``pipeline``
-    and ``upstream`` and no cut. ``published_at_ms`` is set by the store when it writes the record."""
+    and ``upstream`` and no cut. ``dag_id`` names the DAG whose task published it (the Watermarks page reads that
+    DAG's sensors to say why a derived stream trails its upstream). ``published_at_ms`` is set by the store when
+    it writes the record."""
 
     stream: str
     wm_key: str | None
@@ -42,10 +44,13 @@ class WatermarkRecord(Contract):
     controller: str | None = None
     pipeline: str | None = None
     upstream: str | None = None
+    dag_id: str | None = None
     published_at_ms: int | None = None
 
     @classmethod
-    def of(cls, watermark: RoundWatermark, *, run_id: str, controller: str) -> WatermarkRecord:
+    def of(
+        cls, watermark: RoundWatermark, *, run_id: str, controller: str, dag_id: str | None = None
+    ) -> WatermarkRecord:
         """The record a controller publishes for a watermark of its round."""
         return cls(
             stream=watermark.stream,
@@ -56,4 +61,5 @@ class WatermarkRecord(Contract):
             run_id=run_id,
             stream_cut=dict(watermark.stream_cut),
             controller=controller,
+            dag_id=dag_id,
         )

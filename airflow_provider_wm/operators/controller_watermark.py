@@ -194,7 +194,9 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
         published: dict[str, bool] = {}
         for label, entry in manifest.streams.items():  # label: "stream" or "stream:wm_key"
             if entry.watermark:
-                record = WatermarkRecord.of(entry.watermark, run_id=run.run_id, controller=self.controller)
+                record = WatermarkRecord.of(
+                    entry.watermark, run_id=run.run_id, controller=self.controller, dag_id=self.dag_id
+                )
                 published[label] = run.store.publish(record.to_json())
             status = self._stream_status(entry, run.now_ms, run.run_id)
             run.store.write_stream_status(entry.stream, status, entry.wm_key)

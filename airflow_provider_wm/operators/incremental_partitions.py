@@ -10,7 +10,7 @@ from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_wm.arguments import emit_partition_keys_argument, require_paths
-from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WorkUnitRequest
+from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WatermarkRecord, WorkUnitRequest
 from airflow_provider_wm.core.asset_partitions import partition_event_key
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.core.partitions import (
@@ -340,18 +340,17 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         )
         if until is None:
             return
-        store.publish(
-            {
-                "stream": self.output_stream,
-                "wm_key": None,
-                "lower_ms": until,
-                "upper_ms": until,
-                "computed_at_ms": document.processed_until_ms,
-                "run_id": document.run_id,
-                "pipeline": self.pipeline,
-                "upstream": None,
-            }
+        record = WatermarkRecord(
+            stream=self.output_stream,
+            wm_key=None,
+            lower_ms=until,
+            upper_ms=until,
+            computed_at_ms=document.processed_until_ms,
+            run_id=document.run_id,
+            pipeline=self.pipeline,
+            dag_id=self.dag_id,
         )
+        store.publish(record.to_json())
 
     def _resolve_units(self) -> list[str]:
         if isinstance(self.units, list):

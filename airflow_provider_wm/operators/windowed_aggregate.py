@@ -10,7 +10,13 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_wm.arguments import emit_partition_keys_argument, require_paths
-from airflow_provider_wm.contracts import WatermarkReached, WindowedManifest, WindowedRequest, describe_reached
+from airflow_provider_wm.contracts import (
+    WatermarkReached,
+    WatermarkRecord,
+    WindowedManifest,
+    WindowedRequest,
+    describe_reached,
+)
 from airflow_provider_wm.core.asset_partitions import hour_keys
 from airflow_provider_wm.core.coalescing import check_watermarks
 from airflow_provider_wm.core.names import column_name
@@ -383,30 +389,30 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: WindowedState) -> None:
         """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""
-        if document.watermark_ms is None:
+        if document.watermark_ms is None or document.arrival_until_ms is None:
             return
         output_ms = self.spec.output_window.output_watermark(document.watermark_ms)
         if output_ms is None:
             return
         policy = self.spec.watermark
-        store.publish(
-            {
-                "stream": self.output_stream,
-                "wm_key": None,
-                "lower_ms": output_ms,
-                "upper_ms": output_ms,
-                "computed_at_ms": document.arrival_until_ms,
-                "run_id": document.run_id,
-                "pipeline": self.pipeline,
-                "upstream": (
-                    policy.stream
-                    if isinstance(policy, StoreWatermark)
-                    else ", ".join(w.stream for _, w in policy.inputs)
-                    if isinstance(policy, MergedWatermark)
-                    else None
-                ),
-            }
+        if isinstance(policy, StoreWatermark):
+            upstream: str | None = policy.stream
+        elif isinstance(policy, MergedWatermark):
+            upstream = ", ".join(w.stream for _, w in policy.inputs)
+        else:
+            upstream = None
+        record = WatermarkRecord(
+            stream=self.output_stream,
+            wm_key=None,
+            lower_ms=output_ms,
+            upper_ms=output_ms,
+            computed_at_ms=document.arrival_until_ms,
+            run_id=document.run_id,
+            pipeline=self.pipeline,
+            upstream=upstream,
+            dag_id=self.dag_id,
         )
+        store.publish(record.to_json())
 
     def _check_spec_unchanged(self, committed: WindowedState | None) -> None:
         """:meth:`AggregationSpec.changes_since` the committed version must be empty."""

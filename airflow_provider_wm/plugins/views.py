@@ -21,7 +21,14 @@ from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState
 from airflow_provider_wm.core.times import format_ms
 from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook, validate_name
 
-__all__ = ["WINDOWED_RUNS_SHOWN", "flag_lagging", "overview", "stream_history"]
+__all__ = [
+    "WINDOWED_RUNS_SHOWN",
+    "explain_with_sensors",
+    "flag_lagging",
+    "overview",
+    "sensor_cause",
+    "stream_history",
+]
 
 WINDOWED_RUNS_SHOWN = 30
 
@@ -108,7 +115,7 @@ def flag_lagging(streams: list[dict[str, Any]], pipelines: dict[str, dict[str, A
         behind = None if expected is None or row["lower_ms"] is None else max(expected - row["lower_ms"], 0)
         row["behind_expected_ms"] = behind
         row["behind_expected"] = "-" if behind is None else format_duration(behind)
-        row["behind_upstream_ms"] = row["behind_reason"] = None
+        row["behind_upstream_ms"] = row["behind_upstream"] = row["behind_reason"] = None
     for row in streams:
         names = [name.strip() for name in str(row.get("upstream") or "").split(",") if name.strip()]
         upstreams = [rows[name] for name in names if name in rows and rows[name]["lower_ms"] is not None]
@@ -121,9 +128,52 @@ def flag_lagging(streams: list[dict[str, Any]], pipelines: dict[str, dict[str, A
             continue  # level, or a window aggregate that has read all its upstream and waits for windows to end
         row["behind_upstream_ms"] = bound - row["lower_ms"]
         lowest = min(upstreams, key=lambda up: up["lower_ms"])
+        row["behind_upstream"] = lowest["stream"]
         row["behind_reason"] = (
             f"{format_duration(bound - row['lower_ms'])} behind {lowest['stream']}: {_lag_cause(row, lowest, pipeline)}"
         )
+
+
+def explain_with_sensors(streams: list[dict[str, Any]], sensors: dict[str, dict[str, Any]]) -> None:
+    """Give a derived stream flagged behind its upstream the reason its DAG's sensor gives, when the latest run
+    of the sensor (``sensors[dag_id]``, see :func:`sensor_cause`) did not succeed; a sensor that succeeded
+    leaves the store's reason (the pipeline's last outcome)."""
+    for row in streams:
+        sensor = sensors.get(str(row.get("dag_id")))
+        cause = None if sensor is None or row["behind_upstream_ms"] is None else sensor_cause(sensor)
+        if cause is not None:
+            row["behind_reason"] = (
+                f"{format_duration(row['behind_upstream_ms'])} behind {row['behind_upstream']}: {cause}"
+            )
+
+
+def sensor_cause(sensor: dict[str, Any]) -> str | None:
+    """Why a pipeline has not advanced, from its sensor's latest task instance; None when the sensor succeeded.
+
+    ``sensor`` holds ``dag_id``, ``task_id``, ``state`` (Airflow's task instance state), ``start_ms``,
+    ``end_ms`` and ``interval_end_ms`` (its run's data interval end), e.g. a deferred sensor gives
+    ``sensor wait_for_clicks of DAG sessions has been waiting since 2026-01-05T12:00:05.000Z (deferred), in
+    the run of the interval ending 2026-01-05T12:00:00.000Z``.
+    """
+    state = str(sensor.get("state"))
+    if state == "success":
+        return None
+
+    def at(key: str) -> str:
+        return "?" if sensor.get(key) is None else format_ms(int(sensor[key]))
+
+    what = {
+        "deferred": f"has been waiting since {at('start_ms')} (deferred)",
+        "up_for_reschedule": f"has been waiting since {at('start_ms')} (poking, rescheduled)",
+        "running": f"has been running since {at('start_ms')}",
+        "failed": f"failed at {at('end_ms')}",
+        "skipped": f"was skipped at {at('end_ms')} (its timeout with soft_fail, or an upstream task skipped)",
+        "upstream_failed": "did not run: a task before it failed",
+        "up_for_retry": f"failed at {at('end_ms')} and waits for its retry",
+    }.get(state, f"is {state}")
+    interval = sensor.get("interval_end_ms")
+    run = "" if interval is None else f", in the run of the interval ending {format_ms(int(interval))}"
+    return f"sensor {sensor['task_id']} of DAG {sensor['dag_id']} {what}{run}"
 
 
 def _lag_cause(row: dict[str, Any], upstream: dict[str, Any], pipeline: dict[str, Any] | None) -> str:
@@ -219,6 +269,7 @@ def _stream_row(store: WatermarkStoreHook, stream: str, wm_key: str | None, now_
         "stream_cut": record.get("stream_cut"),
         "pipeline": record.get("pipeline"),
         "upstream": record.get("upstream"),
+        "dag_id": record.get("dag_id"),
         "controller": status.get("controller") or record.get("controller"),
         "status": status.get("status"),
         "writers": status.get("active_writers"),

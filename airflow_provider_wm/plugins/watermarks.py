@@ -38,10 +38,10 @@ from sqlalchemy import or_, select
 
 from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, WatermarkStoreHook
 from airflow_provider_wm.links import PAGE_PATH
-from airflow_provider_wm.plugins.views import overview, stream_history
+from airflow_provider_wm.plugins.views import explain_with_sensors, overview, stream_history
 from airflow_provider_wm.state import CONTROLLER_STATE, PIPELINE_STATE, WINDOWED_STATE
 
-__all__ = ["WatermarksPlugin", "create_app"]
+__all__ = ["WatermarksPlugin", "create_app", "latest_sensors"]
 
 MAX_CHART_POINTS = 2000
 
@@ -92,7 +92,10 @@ def create_app() -> FastAPI:
 
     @app.get("/api/overview")
     def api_overview(store: Store) -> dict[str, Any]:
-        return with_assets(overview(store, int(time.time() * 1000)), state_assets())
+        data = overview(store, int(time.time() * 1000))
+        behind = {str(row["dag_id"]) for row in data["streams"] if row["behind_upstream_ms"] and row.get("dag_id")}
+        explain_with_sensors(data["streams"], latest_sensors(behind))
+        return with_assets(data, state_assets())
 
     @app.get("/api/streams/{stream}/history")
     def api_stream_history(
@@ -106,6 +109,41 @@ def create_app() -> FastAPI:
             raise _bad_name(error) from None
 
     return app
+
+
+def latest_sensors(dag_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The latest sensor task instance (an operator whose class name ends in ``Sensor``) of each DAG, by its
+    run's logical order, as :func:`~airflow_provider_wm.plugins.views.sensor_cause` reads it; one small query
+    per DAG, asked only for the DAGs of streams flagged behind their upstream."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    def ms(moment: Any) -> int | None:
+        return None if moment is None else int(moment.timestamp() * 1000)
+
+    found: dict[str, dict[str, Any]] = {}
+    with create_session() as session:
+        for dag_id in sorted(dag_ids):
+            row = session.execute(
+                select(TaskInstance.task_id, TaskInstance.state, TaskInstance.start_date, TaskInstance.end_date,
+                       DagRun.data_interval_end)
+                .join(DagRun, (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id))
+                .where(TaskInstance.dag_id == dag_id, TaskInstance.operator.like("%Sensor"))
+                .order_by(DagRun.run_after.desc(), TaskInstance.start_date.desc())
+                .limit(1)
+            ).first()  # fmt: skip
+            if row is not None:
+                task_id, state, start, end, interval_end = row
+                found[dag_id] = {
+                    "dag_id": dag_id,
+                    "task_id": task_id,
+                    "state": getattr(state, "value", state),  # a TaskInstanceState, or None before it is scheduled
+                    "start_ms": ms(start),
+                    "end_ms": ms(end),
+                    "interval_end_ms": ms(interval_end),
+                }
+    return found
 
 
 def state_assets() -> dict[tuple[str, str], dict[str, Any]]:

@@ -60,6 +60,7 @@ def test_four_hours_of_the_chain_give_hourly_numbers_equal_to_a_batch_over_accep
     assert store.read_latest("orders_1h")["lower_ms"] == end_ms
     assert store.read_latest("orders_5m")["upstream"] == "orders"
     assert store.read_latest("orders_1h")["upstream"] == "orders_5m"
+    assert store.read_latest("orders_5m")["dag_id"] == "example_pipeline_chain"  # the page reads its sensors
 
     five = pq.read_table(base / "orders_5m").to_pylist()
     rejected = {r["order_id"] for r in pq.read_table(base / "orders_5m_late").to_pylist()}

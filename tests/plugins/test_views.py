@@ -4,7 +4,7 @@ real store written by the hook (the page's overview, no Airflow)."""
 from __future__ import annotations
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
-from airflow_provider_wm.plugins.views import overview
+from airflow_provider_wm.plugins.views import explain_with_sensors, overview
 
 JAN = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 MIN, HOUR = 60_000, 3_600_000
@@ -93,3 +93,24 @@ def test_a_window_aggregate_that_has_read_all_its_upstream_is_not_behind_while_i
     found = rows(store)
     assert found["clicks_15m"]["behind_upstream_ms"] is None  # 11:45 is the last window end before 11:55
     assert found["clicks_1h"]["behind_upstream_ms"] == 115 * MIN  # it read clicks only up to 10:30
+
+
+def test_a_waiting_sensor_explains_a_derived_stream_behind_its_upstream_and_a_successful_one_does_not(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    controller_stream(store, "clicks", JAN + 12 * HOUR, JAN + 12 * HOUR)
+    derived_stream(store, "sessions", JAN + 9 * HOUR, JAN + 9 * HOUR, "clicks")
+    streams = overview(store, NOW)["streams"]
+    store_reason = {row["stream"]: row for row in streams}["sessions"]["behind_reason"]
+    for row in streams:
+        row["dag_id"] = "sessions_dag" if row["stream"] == "sessions" else None
+    sensor = {"dag_id": "sessions_dag", "task_id": "wait_for_clicks", "state": "success", "start_ms": JAN + 12 * HOUR,
+              "end_ms": None, "interval_end_ms": JAN + 13 * HOUR}  # fmt: skip
+    explain_with_sensors(streams, {"sessions_dag": sensor})
+    assert {row["stream"]: row for row in streams}["sessions"]["behind_reason"] == store_reason
+
+    explain_with_sensors(streams, {"sessions_dag": {**sensor, "state": "deferred"}})
+    assert {row["stream"]: row for row in streams}["sessions"]["behind_reason"] == (
+        "3h behind clicks: sensor wait_for_clicks of DAG sessions_dag has been waiting since "
+        "2026-01-01T12:00:00.000Z (deferred), in the run of the interval ending 2026-01-01T13:00:00.000Z"
+    )
+    assert {row["stream"]: row for row in streams}["clicks"]["behind_reason"] is None

@@ -10,6 +10,7 @@ import shutil
 import socket
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -416,3 +417,34 @@ def test_a_pipeline_and_a_controller_with_their_state_in_an_asset_state_store_li
     )
     assert page.locator("#pipeline-no_asset h3 a.asset").count() == 0
     assert page.locator("#streams tbody tr[data-stream=orders] a.asset").inner_text() == "asset page_streams"
+
+
+def test_a_derived_stream_behind_its_upstream_is_explained_by_its_dags_sensor_that_timed_out(
+    client, store, token, tmp_path
+):
+    from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
+    from tests.airflow_helpers import fresh_dag, run_dag
+
+    jan = datetime(2026, 1, 1, tzinfo=UTC)
+    ms = int(jan.timestamp() * 1000)
+    store.publish({"stream": "clicks", "lower_ms": ms + 12 * 3_600_000, "upper_ms": ms + 12 * 3_600_000,
+                   "computed_at_ms": ms + 12 * 3_600_000, "controller": "marks"})  # fmt: skip
+    with fresh_dag("sessions") as dag:
+        StreamWatermarkSensor(
+            task_id="wait_for_clicks", stream="clicks", store_path=store.base_path, threshold=ms + 13 * 3_600_000,
+            poke_interval=0.2, timeout=1, mode="poke", soft_fail=True,
+        )  # fmt: skip
+    store.publish({"stream": "sessions", "lower_ms": ms + 9 * 3_600_000, "upper_ms": ms + 9 * 3_600_000,
+                   "computed_at_ms": ms + 9 * 3_600_000, "pipeline": "sessions", "upstream": "clicks",
+                   "dag_id": dag.dag_id})  # fmt: skip
+    _, states = run_dag(dag, jan + timedelta(hours=13))
+    assert states == {"wait_for_clicks": "skipped"}
+
+    rows = {
+        row["stream"]: row
+        for row in client.get("/wm/api/overview", headers={"Authorization": f"Bearer {token}"}).json()["streams"]
+    }
+    reason = rows["sessions"]["behind_reason"]
+    assert reason.startswith(f"3h behind clicks: sensor wait_for_clicks of DAG {dag.dag_id} was skipped at "), reason
+    assert reason.endswith("in the run of the interval ending 2026-01-01T13:00:00.000Z"), reason
+    assert rows["clicks"]["behind_reason"] is None
