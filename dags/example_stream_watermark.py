@@ -27,8 +27,6 @@ from airflow_provider_wm.operators.controller_watermark import ControllerWaterma
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 
 BASE = os.environ.get("WM_EXAMPLE_BASE", "/tmp/airflow-provider-wm-example")
-STORE = f"{BASE}/store"
-
 START = datetime(2026, 1, 5, tzinfo=UTC)
 
 with DAG(
@@ -45,37 +43,26 @@ with DAG(
         controller="example_controller",
         marks_path=f"{BASE}/marks",
         segments_path=f"{BASE}/segments",
-        store_path=STORE,
+        store_path=f"{BASE}/store",
         writer_timeout=timedelta(minutes=30),
         initial_delay=timedelta(minutes=2),
-        spark_conn_id=os.environ.get("WM_SPARK_CONN_ID") or None,
-        asset=Asset(name="example_controller_watermarks", uri=f"file://{STORE}/streams"),
+        spark_conn_id=os.environ.get("WM_SPARK_CONN_ID") or None,  # None: the embedded Spark Connect server
+        asset=Asset(name="example_controller_watermarks", uri=f"file://{BASE}/store/streams"),
     )
     # --8<-- [end:controller]
     # --8<-- [start:sensor]
     wait_for_orders = StreamWatermarkSensor(
-        task_id="wait_for_orders",
-        stream="orders",
-        store_path=STORE,
-        deferrable=True,
-        poke_interval=2,
-        timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")),
-        soft_fail=True,
-    )
+        task_id="wait_for_orders", stream="orders", store_path=f"{BASE}/store", deferrable=True, poke_interval=2,
+        timeout=int(os.environ.get("WM_EXAMPLE_SENSOR_TIMEOUT", "600")), soft_fail=True,
+    )  # fmt: skip
     # --8<-- [end:sensor]
 
     # --8<-- [start:downstream]
     @task
     def use_watermark(watermark: dict) -> str:
-        """Downstream work that needs the whole interval: here it just reports the watermark it got."""
-        lower = datetime.fromtimestamp(watermark["watermark_ms"] / 1000, tz=UTC)
-        message = (
-            f"orders complete up to {lower.isoformat()} (stream cut {watermark['streams']['orders']['stream_cut']})"
-        )
-        print(message)
-        return message
+        """Work that needs the whole interval: here it reports the watermark the sensor saw."""
+        return f"orders complete up to {datetime.fromtimestamp(watermark['watermark_ms'] / 1000, tz=UTC)}"
 
-    controller >> wait_for_orders
-    use_watermark(wait_for_orders.output)
+    controller >> wait_for_orders >> use_watermark(wait_for_orders.output)
     # --8<-- [end:downstream]
 # --8<-- [end:dag]
