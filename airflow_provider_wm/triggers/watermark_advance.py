@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -111,7 +112,8 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
         boundary is idle and left out. Default: none is ever idle.
     :param when_all_idle: ``"wait"`` (default) or ``"highest"``, as the stream sensor's.
     :param poll_interval: seconds between reads of the store.
-    :param event_spacing: least seconds between two events (default 10), see above.
+    :param event_spacing: least seconds between two events (default 10), see above; kept across a restart
+        (the cursor records when its event fired).
     :param storage_options: fsspec options of a remote store.
     """
 
@@ -206,6 +208,10 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
 
     async def read_cursor(self) -> int | None:
         """The last boundary fired, from the asset state store (``None``: never fired)."""
+        stored = await self._stored_cursor()
+        return None if stored is None else int(stored["boundary_ms"])
+
+    async def _stored_cursor(self) -> dict[str, Any] | None:
         try:
             stored = await self._state_store().aget(self.cursor_key)
         except ValueError as several:  # one trigger (equal kwargs) shared by the watchers of several assets
@@ -213,10 +219,16 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
                 f"{self!r} watches several assets ({self._state_store()!r}) and keeps one cursor: give each asset "
                 "a trigger of its own (the triggerer shares one among watchers whose triggers are equal)"
             ) from several
-        return None if not isinstance(stored, dict) else int(stored["boundary_ms"])
+        return stored if isinstance(stored, dict) else None
 
-    async def write_cursor(self, boundary_ms: int, watermark_ms: int | None) -> None:
-        value = {"boundary_ms": boundary_ms, "boundary": format_ms(boundary_ms), "watermark_ms": watermark_ms}
+    async def write_cursor(self, boundary_ms: int, watermark_ms: int | None, fired_at_ms: int | None = None) -> None:
+        """Store the last boundary fired; ``fired_at_ms`` (wall clock) keeps ``event_spacing`` across a restart."""
+        value = {
+            "boundary_ms": boundary_ms,
+            "boundary": format_ms(boundary_ms),
+            "watermark_ms": watermark_ms,
+            "fired_at_ms": fired_at_ms,
+        }
         await self._state_store().aset(self.cursor_key, value)
 
     def event(self, boundary_ms: int, watermark_ms: int) -> TriggerEvent:
@@ -234,14 +246,16 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
-        cursor = await self.read_cursor()
-        if cursor is None:
-            cursor = self.start_after_ms
+        stored = await self._stored_cursor()
+        cursor = self.start_after_ms if stored is None else int(stored["boundary_ms"])
         self.log.info(
             "Watching %s every %s; last boundary fired: %s", self.labels, _iso(self.every_ms), format_ms(cursor)
         )
         loop = asyncio.get_running_loop()
-        last_fired = -self.event_spacing
+        # the previous life's last event counts for the spacing too (a restart right after an event)
+        fired_at_ms = (stored or {}).get("fired_at_ms")
+        since = (time.time() * 1000 - fired_at_ms) / 1000 if isinstance(fired_at_ms, int) else self.event_spacing
+        last_fired = loop.time() - max(0.0, since)
         while True:
             try:
                 records = await asyncio.to_thread(store.read_latest_inputs, self.inputs, fail_on_unknown=True)
@@ -268,8 +282,8 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
                     await asyncio.sleep(max(0.0, last_fired + self.event_spacing - loop.time()))
                     self.log.info("Watermark %s passed %s", format_ms(watermark_ms), format_ms(boundary_ms))
                     yield self.event(boundary_ms, watermark_ms)  # type: ignore[arg-type]
-                    last_fired = loop.time()
+                    last_fired, fired_at_ms = loop.time(), int(time.time() * 1000)
                     await asyncio.sleep(self.commit_delay)
                     cursor = boundary_ms
-                    await self.write_cursor(cursor, watermark_ms)
+                    await self.write_cursor(cursor, watermark_ms, fired_at_ms)
             await asyncio.sleep(self.poll_interval)

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import doctest
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,9 @@ def test_a_jump_of_three_hours_fires_one_event_per_boundary_oldest_first(tmp_pat
         "every_ms": HOUR,
     }
     assert rest == [T0 + 2 * HOUR, T0 + 3 * HOUR]
-    assert json.loads(state.values["wm_advance_cursor/orders/3600000"]) == {
+    cursor = json.loads(state.values["wm_advance_cursor/orders/3600000"])
+    assert abs(cursor.pop("fired_at_ms") - time.time() * 1000) < 60_000
+    assert cursor == {
         "boundary_ms": T0 + 3 * HOUR,
         "boundary": "2026-01-05T03:00:00.000Z",
         "watermark_ms": T0 + 3 * HOUR + 5,
@@ -214,6 +217,23 @@ def test_the_events_of_one_jump_are_event_spacing_apart_and_each_moves_the_curso
     fired, times = asyncio.run(scenario())
     assert fired == cursors == [T0 + HOUR, T0 + 2 * HOUR]
     assert times[1] - times[0] >= 0.4
+
+
+def test_a_trigger_restarted_right_after_an_event_still_waits_the_rest_of_event_spacing(tmp_path: Path) -> None:
+    state = MemoryAssetState()
+    publish(tmp_path, T0 + HOUR)
+
+    async def two_lives() -> float:
+        first = Running(watcher(tmp_path, state, start_after=T0, event_spacing=1.0))
+        assert await first.take(1, quiet=0.1) == [T0 + HOUR]
+        await first.stop()  # restarted at once; the next boundary is already passed
+        publish(tmp_path, T0 + 2 * HOUR)
+        second = Running(watcher(tmp_path, state, start_after=T0, event_spacing=1.0))
+        assert await second.take(1, quiet=0.1) == [T0 + 2 * HOUR]
+        await second.stop()
+        return second.times[0] - first.times[0]
+
+    assert asyncio.run(two_lives()) >= 0.9  # the wall clock's milliseconds, not the loop's clock, carry it over
 
 
 def test_outside_an_asset_watcher_it_says_where_it_must_run(tmp_path: Path) -> None:
