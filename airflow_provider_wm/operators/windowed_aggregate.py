@@ -31,6 +31,7 @@ from airflow_provider_wm.core.windowing import (
     UpstreamPanes,
     WatermarkPolicy,
     rollup_watermark,
+    upstream_streams,
 )
 from airflow_provider_wm.core.windows import WindowFn
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
@@ -394,13 +395,6 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         output_ms = self.spec.output_window.output_watermark(document.watermark_ms)
         if output_ms is None:
             return
-        policy = self.spec.watermark
-        if isinstance(policy, StoreWatermark):
-            upstream: str | None = policy.stream
-        elif isinstance(policy, MergedWatermark):
-            upstream = ", ".join(w.stream for _, w in policy.inputs)
-        else:
-            upstream = None
         record = WatermarkRecord(
             stream=self.output_stream,
             wm_key=None,
@@ -409,7 +403,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             computed_at_ms=document.arrival_until_ms,
             run_id=document.run_id,
             pipeline=self.pipeline,
-            upstream=upstream,
+            upstream=upstream_streams(self.spec.watermark),
             dag_id=self.dag_id,
         )
         store.publish(record.to_json())

@@ -101,6 +101,7 @@ from airflow_provider_wm.core.windowing.watermark import (
     StoreWatermark,
     WatermarkPolicy,
     next_watermark,
+    upstream_streams,
 )
 
 __all__ = [
@@ -137,4 +138,5 @@ __all__ = [
     "run",
     "run_on_panes",
     "too_late_reason",
+    "upstream_streams",
 ]

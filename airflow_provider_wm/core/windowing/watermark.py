@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from airflow_provider_wm.core.coalescing import check_policy
 from airflow_provider_wm.core.names import column_name
 
-__all__ = ["BoundedOutOfOrderness", "MergedWatermark", "StoreWatermark", "WatermarkPolicy", "next_watermark"]
+__all__ = [
+    "BoundedOutOfOrderness",
+    "MergedWatermark",
+    "StoreWatermark",
+    "WatermarkPolicy",
+    "next_watermark",
+    "upstream_streams",
+]
 
 
 @dataclass(frozen=True)
@@ -77,3 +84,19 @@ def next_watermark(
         candidate = source_ms
     values = [v for v in (previous_ms, candidate) if v is not None]
     return max(values) if values else None
+
+
+def upstream_streams(policy: WatermarkPolicy) -> str | None:
+    """The streams a watermark follows, as a derived stream's record names its ``upstream``: one stream, the
+    merged ones joined by ``", "``, or None for a watermark taken from the events.
+
+    >>> upstream_streams(StoreWatermark("orders")), upstream_streams(BoundedOutOfOrderness(0))
+    ('orders', None)
+    >>> upstream_streams(MergedWatermark((("o", StoreWatermark("orders")), ("r", StoreWatermark("refunds")))))
+    'orders, refunds'
+    """
+    if isinstance(policy, StoreWatermark):
+        return policy.stream
+    if isinstance(policy, MergedWatermark):
+        return ", ".join(watermark.stream for _, watermark in policy.inputs)
+    return None
