@@ -87,6 +87,11 @@ def _target(row: dict[str, Any]) -> str:
     return f"<= {row['target']:g}: {'met' if row['met'] else 'missed'}"
 
 
+def _counted(measured: dict[str, Any]) -> str:
+    """``jobs / stages``, or that they were not counted (``-1``: a Spark Connect client has no status tracker)."""
+    return "not counted" if measured["jobs"] < 0 else f"{measured['jobs']} / {measured['stages']}"
+
+
 def _runs(document: dict[str, Any], options: str, notes: list[str]) -> str:
     """The table of a benchmark whose runs each compare the job with a native floor (``runs``: label, job and
     floor seconds / jobs / stages, ratio, target or None, met), its headline ratio and ``notes`` after it."""
@@ -101,8 +106,8 @@ def _runs(document: dict[str, Any], options: str, notes: list[str]) -> str:
     for row in document["runs"].values():
         job, floor = row["job"], row["floor"]
         lines.append(
-            f"| {row['label']} | {_seconds(job['seconds'])} | {job['jobs']} / {job['stages']} | "
-            f"{_seconds(floor['seconds'])} | {floor['jobs']} / {floor['stages']} | {row['ratio']:.2f} | "
+            f"| {row['label']} | {_seconds(job['seconds'])} | {_counted(job)} | "
+            f"{_seconds(floor['seconds'])} | {_counted(floor)} | {row['ratio']:.2f} | "
             f"{_target(row)} |"
         )
         if row["met"] is False:
@@ -166,6 +171,7 @@ RENDERERS: dict[str, tuple[Callable[[dict[str, Any]], str], str]] = {
         "python bench/controller_watermark.py --marks 10000000 --sequenced --repeat 1",
     ),
     "windowed_aggregate": (_windowed, "python bench/windowed_aggregate.py"),
+    "windowed_aggregate_connect": (_windowed, "python bench/windowed_aggregate.py --connect"),
     "rollup": (_rollup, "python bench/rollup.py"),
     "incremental_partitions": (_partitions, "python bench/incremental_partitions.py"),
 }

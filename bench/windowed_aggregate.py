@@ -14,6 +14,11 @@ incremental run could not skip old row groups by arrival time). Then, in one cla
   run's state, against its floor, the native read of just the new events (the same arrival filter, on the
   arrival column, which Parquet pushes down), the same group-by and write (target: ratio <= 2.0).
 
+``--connect``: the same in a Spark Connect session instead, on a server of its own started like the embedded one
+(the product's default run mode: the operators run the job as a client of it), job and floor both clients;
+seconds only there (a Connect client has no status tracker to count Spark jobs), written to
+``bench/results/windowed_aggregate_connect.json`` unless ``--output`` says otherwise.
+
 Job and floor run alternately, each the best of ``--repeat``; the bench prints its seconds, Spark jobs and stages
 (job and floor), the job's longest Spark jobs, writes ``bench/results/windowed_aggregate.json`` (or ``--output``)
 and ends with ``ratio=<x>``, the ratio of the run worst against its target.
@@ -38,6 +43,7 @@ from timing import Measured, compare, write_results
 
 from airflow_provider_wm.core.windowing import Aggregate, AggregationSpec, BoundedOutOfOrderness
 from airflow_provider_wm.core.windows import Session, Sliding, Tumbling, WindowFn
+from spark_jobs.common import CLASSIC_CONF
 from spark_jobs.windowed import run_request as run_windowed
 
 T0_MS = 1_767_225_600_000
@@ -91,10 +97,42 @@ def events_session(args: argparse.Namespace, app_name: str) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config(map=CLASSIC_CONF)  # the jobs' own classic session (spark-submit) sets it too
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def connect_session(args: argparse.Namespace) -> tuple[SparkSession, Any]:
+    """A Spark Connect session on a server of its own (``args.master``, the memory and settings of
+    :func:`events_session`), and the server (``.stop()`` it)."""
+    import socket
+
+    from airflow_provider_wm.spark_connect_server import start_server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = {
+        "spark.driver.memory": args.driver_memory,
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
+    server = start_server(port, master=args.master, conf=conf)
+    return SparkSession.builder.remote(server.url).create(), server
+
+
+def compare_seconds(repeat: int, job: Callable[[], Any], floor: Callable[[], Any]) -> tuple[Measured, Measured]:
+    """:func:`timing.compare` for a Spark Connect session: job and floor alternately, each one's fastest call,
+    seconds only (jobs and stages: ``-1``, not counted)."""
+    best = {"job": float("inf"), "floor": float("inf")}
+    for _ in range(repeat):
+        for name, fn in (("job", job), ("floor", floor)):
+            started = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - started)
+    return Measured(best["job"], -1, -1), Measured(best["floor"], -1, -1)
 
 
 def native_aggregate(
@@ -119,8 +157,19 @@ def main() -> None:
     parser = events_arguments(__doc__)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
     parser.add_argument("--output", type=Path, default=None, help="the JSON results (default bench/results/)")
+    parser.add_argument("--connect", action="store_true", help="in a Spark Connect session (seconds only)")
     args = parser.parse_args()
-    spark = events_session(args, "bench-windowed-aggregate")
+    server = None
+    if args.connect:
+        spark, server = connect_session(args)
+    else:
+        spark = events_session(args, "bench-windowed-aggregate")
+
+    def timed(job: Callable[[], Any], floor: Callable[[], Any]) -> tuple[Measured, Measured]:
+        if args.connect:
+            return compare_seconds(args.repeat, job, floor)
+        return compare(spark, args.repeat, job, floor)
+
     work = Path(tempfile.mkdtemp(prefix="bench-windows-"))
     try:
         events = str(work / "events")
@@ -179,7 +228,7 @@ def main() -> None:
                 native_aggregate(spark, variant_events, native, str(work / tag / "floor"))  # noqa: B023
 
             floor()  # warm the file cache for both
-            first_m, floor_m = compare(spark, args.repeat, first_run, floor)
+            first_m, floor_m = timed(first_run, floor)
             first = manifests[-1]
             report(runs, f"{tag}_first", f"{name}, first run", args.events, first_m, floor_m, FIRST_TARGET)
             jobs[f"{tag}_first"] = first_m
@@ -199,17 +248,21 @@ def main() -> None:
                 native_aggregate(spark, variant_events, native, str(work / tag / "floor-2"), arrival)  # noqa: B023
 
             incremental_floor()
-            incr_m, incr_floor_m = compare(spark, args.repeat, incremental_run, incremental_floor)
+            incr_m, incr_floor_m = timed(incremental_run, incremental_floor)
             key = f"{tag}_incremental"
             report(runs, key, f"{name}, incremental (1% new)", incremental, incr_m, incr_floor_m, INCREMENTAL_TARGET)
             runs[key]["of_first_run"] = incr_m.seconds / first_m.seconds
             jobs[key] = incr_m
             shutil.rmtree(variant_events, ignore_errors=True)
-        for key, measured in jobs.items():
+        for key, measured in jobs.items() if not args.connect else ():
             print(f"\n{runs[key]['label']}: the job's longest Spark jobs (last call)\n{measured.summary()}")
         headline = max(runs, key=lambda k: runs[k]["ratio"] / runs[k]["target"])
         document = {
-            "mode": f"job in-process (spark_jobs.windowed.run_request) on a classic session, {args.master}",
+            "mode": (
+                f"job and floor as clients of a Spark Connect server, {args.master}; seconds only"
+                if args.connect
+                else f"job in-process (spark_jobs.windowed.run_request) on a classic session, {args.master}"
+            ),
             "events": args.events,
             "keys": args.keys,
             "repeat": args.repeat,
@@ -217,11 +270,14 @@ def main() -> None:
             "headline": headline,
             "worst_ratio": runs[headline]["ratio"],
         }
-        print(f"\nwrote {write_results('windowed_aggregate', document, args.output)}")
+        name = "windowed_aggregate_connect" if args.connect else "windowed_aggregate"
+        print(f"\nwrote {write_results(name, document, args.output)}")
         print(f"headline: {headline} (the worst ratio against its target)")
         print(f"ratio={runs[headline]['ratio']:.2f}")
     finally:
         spark.stop()
+        if server is not None:
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -245,9 +301,14 @@ def report(
         "target": target,
         "met": ratio <= target,
     }
+
+    def counted(n: int) -> str:  # -1: not counted (Spark Connect)
+        return str(n) if n >= 0 else "-"
+
     print(
-        f"{label:<34} {events:>11,} {job.seconds:>7.2f} {job.jobs:>5} {job.stages:>6}"
-        f" {floor.seconds:>8.2f} {floor.jobs:>5} {floor.stages:>6} {ratio:>6.2f} {'<= ' + format(target, 'g'):>7}"
+        f"{label:<34} {events:>11,} {job.seconds:>7.2f} {counted(job.jobs):>5} {counted(job.stages):>6}"
+        f" {floor.seconds:>8.2f} {counted(floor.jobs):>5} {counted(floor.stages):>6} {ratio:>6.2f}"
+        f" {'<= ' + format(target, 'g'):>7}"
     )
 
 

@@ -25,7 +25,8 @@ A run reads a request (JSON, written by the operator) and:
    the new watermark and the highest event time seen.
 
 **One pass to the totals.** The watermark needs the run's highest event time before any window is decided, so
-a run materialises one small frame (``localCheckpoint``) and reads its totals from it in one Spark job: the
+a run materialises one small frame (``localCheckpoint``) with its totals (observed as the checkpoint is written
+in a classic session; over Spark Connect, aggregated from the checkpoint in one more Spark job): the
 partials per window on a first run; with stored windows, the partials already merged with them (the too-late and
 invalid rows' counters ride along as rows without a window), so the partials' group-by, the merge and the state's
 scan run once and both writes (panes, state) are projections of that checkpoint. A rollup counts its pane rows

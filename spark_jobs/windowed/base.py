@@ -3,7 +3,7 @@ the partial-aggregate columns of the spec's aggregates, and the job's column nam
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import WindowedRequest
@@ -52,13 +52,18 @@ def run_totals() -> list[Column]:
 
 
 def checkpoint_with_totals(frame: DataFrame, *totals: Column) -> tuple[DataFrame, Row]:
-    """``frame`` materialised once (``localCheckpoint``) and its totals, aggregated from the checkpoint.
+    """``frame`` materialised once (``localCheckpoint``) and its totals.
 
-    Not ``observe``: over Spark Connect a checkpoint does not report observed metrics (pyspark 4.2), and the
-    aggregation reads the checkpoint's blocks, not the input again. The blocks are coalesced into one task
-    first, so the partial and final aggregation run in one Spark job without a shuffle (the checkpoint holds
-    the small frame after the run's group-by, not the input).
+    In a classic session the totals are observed (``observe``) while the checkpoint is written: no Spark job of
+    their own. Over Spark Connect a checkpoint does not report observed metrics (pyspark 4.2), so they are
+    aggregated from the checkpoint in one Spark job, which reads its blocks, not the input again: coalesced into
+    one task first, the partial and final aggregation run without a shuffle (the checkpoint holds the small
+    frame after the run's group-by, not the input).
     """
+    if not type(frame).__module__.startswith("pyspark.sql.connect"):
+        observation = Observation("totals")
+        checkpoint = frame.observe(observation, *totals).localCheckpoint()
+        return checkpoint, Row(**observation.get)
     checkpoint = frame.localCheckpoint()
     row = checkpoint.coalesce(1).agg(*totals).first()
     assert row is not None  # an aggregation without grouping has one row

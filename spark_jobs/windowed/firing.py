@@ -39,9 +39,7 @@ class Firing(Rollup):
 
     def with_fresh_flags(self, partials: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
         """The run's partials as windows of the state's columns (then the columns ``carry``)."""
-        values = partials.select(self.final_values().alias("v")).schema["v"].dataType
-        assert isinstance(values, StructType)
-        pane = self.pane_struct_type(values)
+        pane = self._pane_type(partials)
         return partials.select(
             *self.keys,
             "window_start",
@@ -50,9 +48,23 @@ class Firing(Rollup):
             F.col("wm_events").cast("long").alias("pending"),
             F.lit(False).alias("on_time_fired"),
             F.lit(None).cast(pane).alias("last_pane"),
-            F.array().cast(f"array<{pane.simpleString()}>").alias("owed"),
+            F.array().cast(self.owed_type(partials)).alias("owed"),
             *carry,
         )
+
+    def _pane_type(self, partials: DataFrame) -> StructType:
+        """The type of a window's pane (:meth:`pane_struct_type`), from the partials' columns: one schema
+        round trip per run (the partials' types are the same for the rest of it)."""
+        cached: StructType | None = getattr(self, "_pane", None)
+        if cached is None:
+            values = partials.select(self.final_values().alias("v")).schema["v"].dataType
+            assert isinstance(values, StructType)
+            cached = self._pane = self.pane_struct_type(values)
+        return cached
+
+    def owed_type(self, partials: DataFrame) -> str:
+        """The type of ``owed``, the panes a window owes retractions for."""
+        return f"array<{self._pane_type(partials).simpleString()}>"
 
     @staticmethod
     def pane_struct_type(values: StructType) -> StructType:
@@ -123,8 +135,7 @@ class Firing(Rollup):
         only = F.get(F.col("wm_members"), 0)
         same = (F.size("wm_members") == 1) & (only["window_start"] == F.col("window_start"))
         same = same & (only["window_end"] == F.col("window_end"))
-        owed_type = fresh.schema["owed"].dataType
-        owed_by_members: Column = F.array().cast(owed_type)
+        owed_by_members: Column = F.array().cast(self.owed_type(fresh))
         if self.spec.retracting:  # a merged session owes every member's retractions and last pane
             owed_by_members = F.flatten(
                 F.transform(
@@ -225,5 +236,6 @@ class Firing(Rollup):
             F.when(timing.isNotNull(), F.lit(0).cast("long")).otherwise(F.col("pending")).alias("pending"),
             (F.col("on_time_fired") | F.coalesce(timing == Timing.ON_TIME.value, F.lit(False))).alias("on_time_fired"),
             F.when(fires, new_pane).otherwise(F.col("last_pane")).alias("last_pane"),
-            F.when(fires, F.array().cast(decided.schema["owed"].dataType)).otherwise(F.col("owed")).alias("owed"),
+            # never null: empty, of the column's own type
+            F.when(fires, F.slice("owed", 1, 0)).otherwise(F.col("owed")).alias("owed"),
         )
