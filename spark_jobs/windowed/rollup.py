@@ -102,14 +102,17 @@ class Rollup(Events):
         keys = self.keys
         frames: list[DataFrame] = []
         if classified is not None:
+            schema = classified.schema
             values = self.value_columns(classified.drop("wm_reason", "wm_t"))
+            typed = {"window_start": "bigint", "window_end": "bigint", "pane_index": "bigint", "retraction": "boolean"}
             frames.append(
                 classified.select(
                     *keys,
-                    F.col("window_start").cast("long").alias("window_start"),
-                    F.col("window_end").cast("long").alias("window_end"),
-                    F.col("pane_index").cast("long").alias("pane_index"),
-                    F.col("retraction").cast("boolean").alias("retraction"),
+                    # cast only when needed: a no-op alias would differ between the branches' exchanges
+                    *[
+                        c if schema[c].dataType.simpleString() == t else F.col(c).cast(t).alias(c)
+                        for c, t in typed.items()
+                    ],
                     F.col(RUN_PARTITION).cast("long").alias("upstream_run"),
                     *values,
                     "wm_reason",
@@ -154,16 +157,22 @@ class Rollup(Events):
             *[is_live.alias(c) if c == "wm_live" else c for c in _PANE_COUNTERS],
         )
         # the target windows' group-by reads the same exchange (a second branch, the shuffle reused): no shuffle
+        # no filter on the reason (it would be pushed below this branch's exchange, making it another one): the
+        # rows of a reason add nothing (values null, not live, rows not counted); an invalid window has no target
         windows = (
-            panes.where(reason.isNull())
-            .groupBy(*keys, "wm_ts", "wm_te")
-            .agg(*self.partial_exprs(F.col("wm_live")), F.sum("wm_rows").alias("wm_events"))
+            panes.groupBy(*keys, "wm_ts", "wm_te")
+            .agg(
+                *self.partial_exprs(F.col("wm_live")),
+                F.sum(F.when(reason.isNull(), F.col("wm_rows"))).alias("wm_events"),
+                # unused, but it keeps the same columns below both branches' exchanges
+                F.max("wm_max_t").alias("wm_max_t"),
+            )
             .where(F.col("wm_events") > 0)
             .select(
                 *keys,
                 "wm_ts",
                 "wm_te",
-                *[F.col(c).alias(_WINDOW + c) for c in (*self.partial_columns(), "wm_events")],
+                *[F.col(c).alias(_WINDOW + c) for c in (*self.partial_columns(), "wm_events", "wm_max_t")],
             )
         )
         return panes.unionByName(windows, allowMissingColumns=True)
