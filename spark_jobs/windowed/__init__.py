@@ -29,8 +29,12 @@ a run materialises one small frame (``localCheckpoint``) with its totals (observ
 in a classic session; over Spark Connect, aggregated from the checkpoint in one more Spark job): the
 partials per window on a first run; with stored windows, the partials already merged with them (the too-late and
 invalid rows' counters ride along as rows without a window), so the partials' group-by, the merge and the state's
-scan run once and both writes (panes, state) are projections of that checkpoint. A rollup counts its pane rows
-in the group-by that picks the live panes (grouped apart by reason), so its input is not materialised first.
+scan run once and both writes (panes, state) are projections of that checkpoint. A rollup's watermark is its
+upstream's stream, known before any pane row is read: its pane rows and live panes are hash-partitioned once by
+``(keys, target window start)``, each upstream window's live pane is picked and each target window's live panes
+summed in the partitions of that one exchange, and that result is materialised once (one row per upstream window,
+one per target window that got rows); its totals are observed while the live snapshot is written, and the panes
+and the state are read from the same checkpoint (merged with the stored windows when there are any).
 
 Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
 or re-run task replaces its own rows. The state is written to a new folder per version.

@@ -14,6 +14,7 @@ from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
 from airflow_provider_wm.core.partitions import HOUR_MS
 from airflow_provider_wm.core.windowing import (
     LateReason,
+    StoreWatermark,
     Timing,
     next_watermark,
 )
@@ -23,7 +24,6 @@ from spark_jobs.windowed.base import (
     RUN_COUNTERS,
     RUN_PARTITION,
     checkpoint_with_totals,
-    is_open,
     run_totals,
 )
 from spark_jobs.windowed.firing import Firing
@@ -32,30 +32,62 @@ from spark_jobs.windowed.firing import Firing
 class Job(Firing):
     """One run over a request (see the package docstring); the methods follow its steps."""
 
-    def rollup_inputs(self) -> tuple[DataFrame | None, DataFrame | None, dict[str | None, int], int | None]:
-        """A rollup's fresh windows and live panes, its row counts by reason and the last time of its panes;
-        quarantines the invalid and too-late rows."""
+    def run_rollup(self, started: float) -> WindowedManifest:
+        """A rollup's run: its watermark is its upstream's stream (a ``StoreWatermark``, validated by the spec),
+        known before any pane row is read, so the run's totals are observed while the live snapshot is written
+        instead of counted first. :meth:`Rollup.live_panes` (one shuffle: the live pane per upstream window and
+        the partials per target window) is materialised once and read by the three writes: the live snapshot,
+        the panes and the state. The late rows are read again only when there are some."""
+        request = self.request
+        assert isinstance(self.spec.watermark, StoreWatermark), "validated by AggregationSpec"
+        watermark = self.watermark(None)  # no pane row moves a store's watermark
         panes = self.read_panes()
         classified = None if panes is None else self.classify_panes(panes)
-        fresh, live_after, observed = self.rollup_partials(classified, self.read_live())
+        rolled = self.live_panes(classified, self.read_live())
         counts: dict[str | None, int] = {}
-        max_time = None
-        if observed is not None:
-            counts = {r.value: int(observed[r.value]) for r in LateReason if observed[r.value]}
-            counts[None] = int(observed["rows"]) - sum(counts.values())
-            max_time = observed["max_t"]
-        if panes is not None and classified is not None and len(counts) > 1:
-            late = classified.where(F.col("wm_reason").isNotNull()).select(
-                *[F.col(c).alias(f"upstream_{c}") if c == "run_id" else c for c in panes.columns if c != RUN_PARTITION],
-                # a long, also when the session infers partition columns as strings
-                F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
-                F.col("wm_reason").alias("reason"),
-                F.lit(self.run_id).alias("run_id"),
-            )
-            self._write_run_partition(late, self.request.late_output)
-        if fresh is not None:
-            fresh = self.with_fresh_flags(fresh).localCheckpoint()  # one row per window that got rows: small
-        return fresh, live_after, counts, max_time
+        max_times: list[int | None] = [self.previous_max_event]
+        fresh: DataFrame | None = None
+        live_path = None
+        if rolled is not None:
+            if request.live_out is None:
+                raise ValueError("a rollup's request needs live_out")
+            rolled = rolled.localCheckpoint()  # one row per upstream or target window: read by three writes
+            totals = Observation("rollup")
+            horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
+            observed = rolled.observe(totals, *self.rollup_totals())
+            self.live_after(observed, horizon).write.mode("overwrite").parquet(request.live_out)
+            live_path = request.live_out
+            if classified is not None:
+                row = totals.get
+                counts = {r.value: int(row[r.value]) for r in LateReason if row[r.value]}
+                counts[None] = int(row["rows"]) - sum(counts.values())
+                max_times.append(row["max_t"])
+            if panes is not None and classified is not None and len(counts) > 1:
+                self._write_late_panes(panes, classified)
+            if classified is not None:
+                fresh = self.with_fresh_flags(self.fresh_windows(rolled))
+        seen = [v for v in max_times if v is not None]
+        max_event_time = max(seen) if seen else None
+        state = self.read_state()
+        if fresh is None and state is None:
+            manifest = self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
+            return replace(manifest, fired_hours_ms=[] if request.fired_hours else None)
+        windows = self.combine(fresh, state) if fresh is not None else state
+        assert windows is not None
+        fired = self.write_windows(windows, watermark)
+        manifest = self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
+        return replace(manifest, fired_hours_ms=self._fired_hours() if request.fired_hours else None)
+
+    def _write_late_panes(self, panes: DataFrame, classified: DataFrame) -> None:
+        """The invalid and too-late pane rows (read again: only a run that has some writes them)."""
+        late = classified.where(F.col("wm_reason").isNotNull()).select(
+            *[F.col(c).alias(f"upstream_{c}") if c == "run_id" else c for c in panes.columns if c != RUN_PARTITION],
+            # a long, also when the session infers partition columns as strings
+            F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
+            F.col("wm_reason").alias("reason"),
+            F.lit(self.run_id).alias("run_id"),
+        )
+        self._write_run_partition(late, self.request.late_output)
 
     def watermark(self, max_event_time: int | None) -> int | None:
         """Rule 3; the store's value is passed in the request (``source_watermark_ms``)."""
@@ -65,19 +97,14 @@ class Job(Firing):
         started = time.time()
         request = self.request
         if self.spec.upstream is not None:
-            events = None
-        else:
-            events = self.read_merged_events() if request.inputs else self.read_events()
+            return self.run_rollup(started)
+        events = self.read_merged_events() if request.inputs else self.read_events()
         counts: dict[str | None, int] = {}
         fresh: DataFrame | None = None
         max_times: list[int | None] = [self.previous_max_event]
-        live_after: DataFrame | None = None
         state: DataFrame | None = None
         windows: DataFrame | None = None
-        if self.spec.upstream is not None:
-            fresh, live_after, counts, max_time = self.rollup_inputs()
-            max_times.append(max_time)
-        elif events is not None:
+        if events is not None:
             classified = self.classified(events)
             partials = self.new_partials(classified)
             state = self.read_state()
@@ -103,24 +130,22 @@ class Job(Firing):
         seen = [v for v in max_times if v is not None]
         max_event_time = max(seen) if seen else None
         watermark = self.watermark(max_event_time)
-
-        live_path = None
-        if live_after is not None:
-            horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
-            kept = live_after if horizon is None else live_after.where(is_open(F.col("wm_target_end"), horizon))
-            if request.live_out is None:
-                raise ValueError("a rollup's request needs live_out")
-            kept.drop("wm_target_end").write.mode("overwrite").parquet(request.live_out)
-            live_path = request.live_out
         if windows is None:
             if events is None:  # the events path has read it
                 state = self.read_state()
             if fresh is None and state is None:
-                manifest = self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
+                manifest = self._manifest(started, counts, watermark, max_event_time, None, None)
                 return replace(manifest, fired_hours_ms=[] if request.fired_hours else None)
             windows = self.combine(fresh, state) if fresh is not None else state
         assert windows is not None
-        # decided twice (panes, state) from a checkpoint, or from the state alone: a projection of its one input
+        fired = self.write_windows(windows, watermark)
+        manifest = self._manifest(started, counts, watermark, max_event_time, fired, request.state_out)
+        return replace(manifest, fired_hours_ms=self._fired_hours() if request.fired_hours else None)
+
+    def write_windows(self, windows: DataFrame, watermark: int | None) -> dict[str, Any]:
+        """Decide ``windows`` (twice, for the panes and the state: a projection of one checkpoint or of the state
+        alone), write the run's panes and the next state; the windows fired, by timing, and kept or purged."""
+        request = self.request
         decided = self.decide(windows, watermark)
         self._write_run_partition(self.panes(decided, watermark), request.output)
         fired_counts = Observation("fired")
@@ -133,9 +158,7 @@ class Job(Firing):
             F.count(F.when(F.col("wm_purged"), 1)).alias("purged"),
         )
         self.next_state(counted).write.mode("overwrite").parquet(request.state_out)
-        fired = fired_counts.get
-        manifest = self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
-        return replace(manifest, fired_hours_ms=self._fired_hours() if request.fired_hours else None)
+        return fired_counts.get
 
     def _fired_hours(self) -> list[int]:
         """The distinct UTC hours (epoch ms) in which the windows of this run's panes start, read back from the

@@ -3,7 +3,7 @@ live pane of each upstream window, and recomputes the partials of the windows th
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
@@ -14,7 +14,7 @@ from airflow_provider_wm.core.windowing import (
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
 from spark_jobs.common import path_exists, read_dataset
-from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
+from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, is_open
 from spark_jobs.windowed.events import Events
 
 
@@ -84,96 +84,130 @@ class Rollup(Events):
             valid = valid.when(start < end - F.lit(size), False)
         return valid.otherwise(True)
 
-    def rollup_partials(
-        self, classified: DataFrame | None, live: DataFrame | None
-    ) -> tuple[DataFrame | None, DataFrame | None, Row | None]:
-        """Pick each upstream window's live pane and recompute the partials of the windows that got rows.
+    def live_panes(self, classified: DataFrame | None, live: DataFrame | None) -> DataFrame | None:
+        """Each upstream window's live pane after the run, and the target windows' partials, from one shuffle
+        (``None``: no pane rows and no live panes).
 
-        Returns the fresh windows (partials and ``wm_events``, as :meth:`with_fresh_flags` takes them), the
-        live panes after the run (``wm_target_end``: the end of the window they belong to) and, when pane rows
-        were read, their totals: ``rows``, one count per ``LateReason`` and ``max_t`` (the last time of their
-        windows). The rows of every reason go through the group-by that picks the live panes, apart (grouped by
-        reason as well) and counted there, so the totals come from its checkpoint: the pane rows are read by
-        that one pass (and by the fresh windows' group-by), not materialised first."""
+        Pane rows: one per upstream window and ``wm_reason``: the pane's keys, window, :data:`LIVE_META` and
+        values (as the live snapshot stores them; values null unless ``wm_live``: the window's newest pane was
+        accepted and is no retraction), its target window ``[wm_ts, wm_te)`` (null for an invalid window),
+        ``wm_rows`` (the pane rows of it read) and ``wm_max_t`` (the last time of the window); summed over the
+        frame, they are the run's totals (:meth:`rollup_totals`). Window rows (the columns prefixed ``wm_w_``,
+        :meth:`fresh_windows`): one per target window that got pane rows, the partials of its live panes and
+        ``wm_events``. The rows are hash-partitioned by ``(keys, wm_ts)`` once: both group-bys run in the
+        partitions of that exchange. Worked example: the 5-minute pane ``[0, 5m)`` of key ``a``, EARLY
+        (index 0) in a previous run and ON_TIME (index 1) now, gives one pane row (the ON_TIME pane, target
+        ``[0, 1h)``, ``wm_rows`` 1) and the window row ``[0, 1h)`` of ``a`` sums its values."""
         assert self.spec.upstream is not None
         keys = self.keys
-        rows: DataFrame | None = None
-        fresh_rows: DataFrame | None = None
+        frames: list[DataFrame] = []
         if classified is not None:
+            schema = classified.schema
             values = self.value_columns(classified.drop("wm_reason", "wm_t"))
-            columns: list[Column | str] = [
-                *keys,
-                F.col("window_start").cast("long").alias("window_start"),
-                F.col("window_end").cast("long").alias("window_end"),
-                F.col("pane_index").cast("long").alias("pane_index"),
-                F.col("retraction").cast("boolean").alias("retraction"),
-                F.col(RUN_PARTITION).cast("long").alias("upstream_run"),
-                *values,
-            ]
-            fresh_rows = classified.where(F.col("wm_reason").isNull()).select(*columns)
-            rows = classified.select(*columns, "wm_reason", "wm_t", F.lit(True).alias("wm_read"))
-        candidates = (
-            rows if live is None else live if rows is None else live.unionByName(rows, allowMissingColumns=True)
-        )
-        if candidates is None:
-            return None, None, None
-        identity = [*keys, "window_start", "window_end"]
+            typed = {"window_start": "bigint", "window_end": "bigint", "pane_index": "bigint", "retraction": "boolean"}
+            frames.append(
+                classified.select(
+                    *keys,
+                    # cast only when needed: a no-op alias would differ between the branches' exchanges
+                    *[
+                        c if schema[c].dataType.simpleString() == t else F.col(c).cast(t).alias(c)
+                        for c, t in typed.items()
+                    ],
+                    F.col(RUN_PARTITION).cast("long").alias("upstream_run"),
+                    *values,
+                    "wm_reason",
+                    "wm_t",
+                    F.lit(True).alias("wm_read"),
+                )
+            )
+        if live is not None:
+            frames.append(live)
+        if not frames:
+            return None
+        candidates = frames[0] if len(frames) == 1 else frames[1].unionByName(frames[0], allowMissingColumns=True)
+        counters = ("wm_reason", "wm_t", "wm_read")
+        fixed = (*keys, "window_start", "window_end", *LIVE_META, *counters)
+        values = [c for c in candidates.columns if c not in fixed]
+        reason = F.col("wm_reason")
+        if "wm_reason" not in candidates.columns:  # live panes only
+            candidates = candidates.select("*", *[F.lit(None).cast(t).alias(c) for c, t in _COUNTER_TYPES])
+        # the target of a valid window only: no window arithmetic on an invalid one
+        target_start, target_end = self.target_bounds(F.col("window_start"), F.col("window_end"))
+        valid = reason.isNull() | (reason != LateReason.INVALID_WINDOW.value)
+        candidates = candidates.select(
+            "*", F.when(valid, target_start).alias("wm_ts"), F.when(valid, target_end).alias("wm_te")
+        ).repartition(*keys, "wm_ts")
+        identity = [*keys, "window_start", "window_end", "wm_reason", "wm_ts", "wm_te"]
         if self.spec.upstream.accumulation is Accumulation.DISCARDING:
             identity.append("pane_index")
-        counters = ("wm_reason", "wm_t", "wm_read")
         others = [c for c in candidates.columns if c not in (*identity, *counters)]
         rank = F.struct("upstream_run", "pane_index", ~F.col("retraction"))
-        picked = F.max_by(F.struct(*others), rank).alias("wm_winner")
-        totals: Row | None = None
-        if rows is None:
-            grouped = candidates.groupBy(*identity).agg(picked)
-        else:
-            reason = F.col("wm_reason")
-            # the live and accepted rows of a window compete; the rows of each reason form groups of their own
-            grouped, totals = checkpoint_with_totals(
-                candidates.groupBy(*identity, "wm_reason").agg(
-                    picked, F.count("wm_read").alias("wm_rows"), F.max("wm_t").alias("wm_max_t")
-                ),
-                F.coalesce(F.sum("wm_rows"), F.lit(0)).alias("rows"),
-                *[F.sum(F.when(reason == r.value, F.col("wm_rows"))).alias(r.value) for r in LateReason],
-                F.max("wm_max_t").alias("max_t"),  # null on invalid windows
-            )  # one row per upstream window: the panes of a run
-            grouped = grouped.where(reason.isNull())
-        winners = (
-            grouped.select(*identity, *[F.col(f"wm_winner.{c}").alias(c) for c in others])
-            .where(~F.col("retraction"))
-            .select(*keys, "window_start", "window_end", *LIVE_META, *[c for c in others if c not in LIVE_META])
+        grouped = candidates.groupBy(*identity).agg(
+            F.max_by(F.struct(*others), rank).alias("wm_winner"),
+            F.count("wm_read").alias("wm_rows"),
+            F.max("wm_t").alias("wm_max_t"),
         )
-        target_start, target_end = self.target_bounds(F.col("window_start"), F.col("window_end"))
-        if fresh_rows is None:
-            return None, winners.withColumn("wm_target_end", target_end), None
-        live_after = winners.withColumn("wm_target_end", target_end)
-        arrived = fresh_rows.select(
+        is_live = reason.isNull() & ~F.col("wm_winner.retraction")
+        panes = grouped.select(
             *keys,
-            target_start.alias("wm_ts"),
-            target_end.alias("wm_te"),
-            F.lit(1).alias("wm_events"),
-            F.lit(False).alias("wm_live"),
+            "window_start",
+            "window_end",
+            *[F.col(c if c in identity else f"wm_winner.{c}").alias(c) for c in LIVE_META],
+            *[F.when(is_live, F.col(f"wm_winner.{c}")).alias(c) for c in values],  # no arithmetic on the others
+            *[is_live.alias(c) if c == "wm_live" else c for c in _PANE_COUNTERS],
         )
-        members = winners.select(
-            *keys,
-            target_start.alias("wm_ts"),
-            target_end.alias("wm_te"),
-            F.lit(0).alias("wm_events"),
-            F.lit(True).alias("wm_live"),
-            *[c for c in winners.columns if c not in (*keys, "window_start", "window_end")],
-        )
-        fresh = (
-            members.unionByName(arrived, allowMissingColumns=True)
-            .groupBy(*keys, "wm_ts", "wm_te")
-            .agg(*self.partial_exprs(F.col("wm_live")), F.sum("wm_events").alias("wm_events"))
+        # the target windows' group-by reads the same exchange (a second branch, the shuffle reused): no shuffle
+        # no filter on the reason (it would be pushed below this branch's exchange, making it another one): the
+        # rows of a reason add nothing (values null, not live, rows not counted); an invalid window has no target
+        windows = (
+            panes.groupBy(*keys, "wm_ts", "wm_te")
+            .agg(
+                *self.partial_exprs(F.col("wm_live")),
+                F.sum(F.when(reason.isNull(), F.col("wm_rows"))).alias("wm_events"),
+                # unused, but it keeps the same columns below both branches' exchanges
+                F.max("wm_max_t").alias("wm_max_t"),
+            )
             .where(F.col("wm_events") > 0)
             .select(
                 *keys,
-                F.col("wm_ts").alias("window_start"),
-                F.col("wm_te").alias("window_end"),
-                *self.partial_columns(),
-                "wm_events",
+                "wm_ts",
+                "wm_te",
+                *[F.col(c).alias(_WINDOW + c) for c in (*self.partial_columns(), "wm_events", "wm_max_t")],
             )
         )
-        return fresh, live_after, totals
+        return panes.unionByName(windows, allowMissingColumns=True)
+
+    def rollup_totals(self) -> list[Column]:
+        """The run's totals from :meth:`live_panes`: ``rows`` read, one count per ``LateReason``, ``max_t``."""
+        reason = F.col("wm_reason")
+        return [
+            F.coalesce(F.sum("wm_rows"), F.lit(0)).alias("rows"),
+            *[F.sum(F.when(reason == r.value, F.col("wm_rows"))).alias(r.value) for r in LateReason],
+            F.max("wm_max_t").alias("max_t"),  # null on invalid windows
+        ]
+
+    def fresh_windows(self, rolled: DataFrame) -> DataFrame:
+        """The target windows that got pane rows (from :meth:`live_panes`): the partials of their live panes and
+        ``wm_events``, the pane rows that landed in them (as :meth:`with_fresh_flags` takes them)."""
+        return rolled.where(F.col(f"{_WINDOW}wm_events").isNotNull()).select(
+            *self.keys,
+            F.col("wm_ts").alias("window_start"),
+            F.col("wm_te").alias("window_end"),
+            *[F.col(_WINDOW + c).alias(c) for c in (*self.partial_columns(), "wm_events")],
+        )
+
+    def live_after(self, rolled: DataFrame, horizon: int | None) -> DataFrame:
+        """The live snapshot after the run (from :meth:`live_panes`): the live panes of the target windows still
+        open at ``horizon`` (``W - L``)."""
+        fixed = (*self.keys, "window_start", "window_end", *LIVE_META, *_PANE_COUNTERS)
+        values = [c for c in rolled.columns if c not in fixed and not c.startswith(_WINDOW)]
+        kept = rolled.where(F.col("wm_live") & is_open(F.col("wm_te"), horizon))
+        return kept.select(*self.keys, "window_start", "window_end", *LIVE_META, *values)
+
+
+_COUNTER_TYPES = (("wm_reason", "string"), ("wm_t", "long"), ("wm_read", "boolean"))
+"""What a pane row read carries and a live pane does not (the union gives a live pane nulls)."""
+_PANE_COUNTERS = ("wm_reason", "wm_ts", "wm_te", "wm_rows", "wm_max_t", "wm_live")
+"""Per pane row of :meth:`Rollup.live_panes`, after the live pane's columns."""
+_WINDOW = "wm_w_"
+"""The prefix of a target window's columns in :meth:`Rollup.live_panes` (apart from the panes' values)."""
