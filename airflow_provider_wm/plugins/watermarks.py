@@ -30,7 +30,8 @@ from functools import cache
 from importlib import resources
 from typing import Annotated, Any
 
-from airflow.api_fastapi.core_api.security import get_user
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.core_api.security import GetUserDep, get_user
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -91,10 +92,11 @@ def create_app() -> FastAPI:
         return _page()
 
     @app.get("/api/overview")
-    def api_overview(store: Store) -> dict[str, Any]:
+    def api_overview(store: Store, user: GetUserDep) -> dict[str, Any]:
         data = overview(store, int(time.time() * 1000))
         behind = {str(row["dag_id"]) for row in data["streams"] if row["behind_upstream_ms"] and row.get("dag_id")}
-        explain_with_sensors(data["streams"], latest_sensors(behind))
+        readable = get_auth_manager().filter_authorized_dag_ids(dag_ids=behind, user=user) if behind else set()
+        explain_with_sensors(data["streams"], latest_sensors(readable))
         return with_assets(data, state_assets())
 
     @app.get("/api/streams/{stream}/history")
@@ -111,10 +113,11 @@ def create_app() -> FastAPI:
     return app
 
 
-def latest_sensors(dag_ids: set[str]) -> dict[str, dict[str, Any]]:
-    """The latest sensor task instance (an operator whose class name ends in ``Sensor``) of each DAG, by its
-    run's logical order, as :func:`~airflow_provider_wm.plugins.views.sensor_cause` reads it; one small query
-    per DAG, asked only for the DAGs of streams flagged behind their upstream."""
+def latest_sensors(dag_ids: set[str], runs: int = 5) -> dict[str, dict[str, Any]]:
+    """The latest sensor task instance that has a state (an operator whose class name ends in ``Sensor``) of
+    each DAG, among its ``runs`` latest runs (newest first: ``run_after``, then the run's id), as
+    :func:`~airflow_provider_wm.plugins.views.sensor_cause` reads it. Asked only for the DAGs of streams flagged
+    behind their upstream that the user may read; two small indexed queries per DAG, whatever its history."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
@@ -125,12 +128,20 @@ def latest_sensors(dag_ids: set[str]) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     with create_session() as session:
         for dag_id in sorted(dag_ids):
+            latest_runs = session.scalars(  # a list, not a subquery: MySQL has no LIMIT inside IN (...)
+                select(DagRun.run_id)
+                .where(DagRun.dag_id == dag_id)
+                .order_by(DagRun.run_after.desc(), DagRun.id.desc())
+                .limit(runs)
+            ).all()
             row = session.execute(
                 select(TaskInstance.task_id, TaskInstance.state, TaskInstance.start_date, TaskInstance.end_date,
                        DagRun.data_interval_end)
                 .join(DagRun, (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id))
-                .where(TaskInstance.dag_id == dag_id, TaskInstance.operator.like("%Sensor"))
-                .order_by(DagRun.run_after.desc(), TaskInstance.start_date.desc())
+                .where(TaskInstance.dag_id == dag_id, TaskInstance.run_id.in_(latest_runs),
+                       TaskInstance.operator.like("%Sensor"), TaskInstance.state.is_not(None))
+                .order_by(DagRun.run_after.desc(), DagRun.id.desc(), TaskInstance.start_date.desc().nulls_last(),
+                          TaskInstance.task_id, TaskInstance.map_index)
                 .limit(1)
             ).first()  # fmt: skip
             if row is not None:

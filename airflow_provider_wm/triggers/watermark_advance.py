@@ -281,8 +281,12 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
                 ):
                     await asyncio.sleep(max(0.0, last_fired + self.event_spacing - loop.time()))
                     self.log.info("Watermark %s passed %s", format_ms(watermark_ms), format_ms(boundary_ms))
+                    fired_at_ms = int(time.time() * 1000)
+                    # the time first, under the previous boundary: a restart within the commit delay repeats this
+                    # event (at least once) and still keeps the spacing
+                    await self.write_cursor(cursor, watermark_ms, fired_at_ms)
                     yield self.event(boundary_ms, watermark_ms)  # type: ignore[arg-type]
-                    last_fired, fired_at_ms = loop.time(), int(time.time() * 1000)
+                    last_fired = loop.time()
                     await asyncio.sleep(self.commit_delay)
                     cursor = boundary_ms
                     await self.write_cursor(cursor, watermark_ms, fired_at_ms)

@@ -11,6 +11,7 @@ from airflow_provider_wm.core.windowing import (
     OUTPUT_COLUMNS,
     Accumulation,
     LateReason,
+    SqlAggregate,
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
 from spark_jobs.common import path_exists, read_dataset
@@ -141,7 +142,8 @@ class Rollup(Events):
         if self.spec.upstream.accumulation is Accumulation.DISCARDING:
             identity.append("pane_index")
         others = [c for c in candidates.columns if c not in (*identity, *counters)]
-        rank = F.struct("upstream_run", "pane_index", ~F.col("retraction"))
+        # a row read now wins a tie with the stored live one: both branches below pick the same winner
+        rank = F.struct("upstream_run", "pane_index", ~F.col("retraction"), F.col("wm_read").isNotNull())
         grouped = candidates.groupBy(*identity).agg(
             F.max_by(F.struct(*others), rank).alias("wm_winner"),
             F.count("wm_read").alias("wm_rows"),
@@ -159,8 +161,14 @@ class Rollup(Events):
         # the target windows' group-by reads the same exchange (a second branch, the shuffle reused): no shuffle
         # no filter on the reason (it would be pushed below this branch's exchange, making it another one): the
         # rows of a reason add nothing (values null, not live, rows not counted); an invalid window has no target
+        if any(isinstance(agg, SqlAggregate) for agg in self.spec.aggregates):
+            # a SQL partial may count null values (count(1), collect_list): only the accepted panes reach it, at the
+            # price of an exchange of its own
+            panes_read = panes.where(reason.isNull())
+        else:
+            panes_read = panes
         windows = (
-            panes.groupBy(*keys, "wm_ts", "wm_te")
+            panes_read.groupBy(*keys, "wm_ts", "wm_te")
             .agg(
                 *self.partial_exprs(F.col("wm_live")),
                 F.sum(F.when(reason.isNull(), F.col("wm_rows"))).alias("wm_events"),
