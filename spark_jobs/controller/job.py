@@ -41,8 +41,8 @@ from spark_jobs.controller.marks import (
     count_marks,
     read_marks,
     read_segments,
+    round_marks,
     sequenced_in_round,
-    tag_marks,
     with_key,
 )
 from spark_jobs.controller.progress import advance_origins
@@ -86,8 +86,10 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
             pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
             segments,
+            segments_by_stream,
         )
-    tagged = tag_marks(marks.where(~sequenced_in_round(request)), request.now_ms, request.processed_until_ms)
+    # one scan of the marks: the plain ones and the sequenced ones released by dense origins
+    tagged = round_marks(marks, request, None if progress is None else progress.dense)
     if progress is not None:
         tagged = tagged.unionByName(progress.released.withColumn("tag", F.lit(VALUE)))
     groups = aggregate_marks(tagged)
