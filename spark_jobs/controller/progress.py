@@ -28,7 +28,6 @@ from spark_jobs.controller.schemas import (
     PROGRESS_COLUMNS,
     STREAM_NAME_REGEX,
 )
-from spark_jobs.windowed.base import checkpoint_with_totals
 
 __all__ = ["ORIGIN_KEYS", "Progress", "advance_origins", "exact_origins", "origin_decisions", "sequence_reason"]
 
@@ -61,18 +60,23 @@ def advance_origins(
     then ends one before the first number missing after the committed one (committed 3, sequences 4 5 7
     -> 5; 6 is missing), and its rows are released or kept waiting through a broadcast join, with no
     per-sequence shuffle. Its marks of the round that are released are not in ``released``: the round's scan
-    of the marks picks them out with ``dense`` (:func:`spark_jobs.controller.marks.tag_marks`), and the marks
+    of the marks picks them out with ``dense`` (:func:`spark_jobs.controller.marks.round_marks`), and the marks
     are read again for the pending state only when some of them wait. Every other origin with marks in the
     round takes the exact path (:func:`exact_origins`).
     """
     sequenced = sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
     # one row per origin with marks in the round: small; with how many take the exact path, and the lowest
     # prefix end of the dense origins with marks of the round that wait (a bound on their numbers)
-    decisions, counts = checkpoint_with_totals(
-        origin_decisions(sequenced, origins0, pending0, segments),
-        F.count(F.when(~F.col("dense"), 1)).alias("exact"),
-        F.min(F.when(F.col("dense") & F.col("arrivals_wait"), F.col("prefix_end"))).alias("waiting_above"),
+    decisions = origin_decisions(sequenced, origins0, pending0, segments).localCheckpoint()
+    counts = (
+        decisions.coalesce(1)  # one task over the checkpoint's blocks: one Spark job, no shuffle
+        .agg(
+            F.count(F.when(~F.col("dense"), 1)).alias("exact"),
+            F.min(F.when(F.col("dense") & F.col("arrivals_wait"), F.col("prefix_end"))).alias("waiting_above"),
+        )
+        .first()
     )
+    assert counts is not None  # an aggregation without grouping has one row
     dense_decisions = decisions.where("dense")
     dense = F.broadcast(dense_decisions.select(*ORIGIN_KEYS, "prefix_end"))
     released_now = F.col("seq") <= F.col("prefix_end")
@@ -148,7 +152,8 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     of a 64-bit word (word ``(seq - committed - 1) div 64``); a word's mark count above its bit count is a
     duplicate; the prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011``
     -> 5. The checks of a mark's stream, key and writer are made once per origin, those of its position
-    (offsets, unknown segments: the valid ones are a literal map, :func:`known_segments`) on the mark.
+    (offsets, unknown segments) on its exploded positions in the same aggregation, where they are scalar
+    comparisons and a broadcast join.
     """
     committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
     committed = F.broadcast(origins0.select(*ORIGIN_KEYS, "committed_seq"))
@@ -156,8 +161,10 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
     clean = row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
     known = F.broadcast(segments.select("stream", "segment_id", F.lit(True).alias("known")))
-    # one row per mark and segment (one for a mark without any); its first row counts the mark
+    # one row per mark and segment (one for a mark without any); its first row counts the mark, and a later
+    # one is kept only when its segment or offset is bad (else it adds nothing the first row does not)
     good_position = F.col("segment_id").isNull() | (F.col("known").isNotNull() & (F.col("offset") >= 0))
+    first_row = F.col("pos").isNull() | (F.col("pos") == 0)
     arrivals = (
         sequenced.select(
             *ORIGIN_KEYS,
@@ -166,12 +173,13 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
             F.posexplode_outer("position").alias("pos", "segment_id", "offset"),
         )
         .join(known, ["stream", "segment_id"], "left")
+        .where(first_row | ~F.coalesce(good_position, F.lit(False)))
         .select(
             *ORIGIN_KEYS,
             "seq",
             (F.col("clean") & F.coalesce(good_position, F.lit(False))).alias("clean"),
             F.lit(1).alias("arrived"),
-            F.when(F.col("pos").isNull() | (F.col("pos") == 0), 1).otherwise(0).alias("first"),
+            F.when(first_row, 1).otherwise(0).alias("first"),
         )
     )
     numbers = (
