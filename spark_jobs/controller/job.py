@@ -39,6 +39,7 @@ from spark_jobs.controller.emission import read_state, stream_results, writer_ro
 from spark_jobs.controller.marks import (
     aggregate_marks,
     count_marks,
+    in_round,
     read_marks,
     read_segments,
     round_marks,
@@ -82,7 +83,8 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     progress = None
     if has_sequenced:  # gap-free progress: jobs of its own, only for rounds with sequenced marks
         progress = advance_origins(
-            marks.where(sequenced_in_round(request)),
+            # in_round alone is a filter Parquet can push down (the sequenced test is not)
+            marks.where(in_round(request.now_ms, request.processed_until_ms)).where(sequenced_in_round(request)),
             origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
             pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
             segments,
