@@ -22,6 +22,11 @@ Plan, chosen so that the marks are scanned once in the common case:
    suspects' marks, decides each mark exactly, writes the bad ones to the quarantine with their reason, and
    re-aggregates the suspects' accepted marks; steps 2 and 3 then run again on the exact aggregates.
 
+With sequenced marks, gap-free progress first decides every origin of the round in one more scan of its
+sequenced marks (one aggregation per origin); the marks a dense origin releases are then picked out by the
+fast path's scan itself (a broadcast join), and the marks are read a third time only to write those that
+wait behind a gap.
+
 Modules, in the order a round uses them: :mod:`.schemas`, :mod:`.marks` (read, sanity, the fast path's
 scan), :mod:`.progress` (gap-free progress), :mod:`.acceptance` (the checks and exact decisions),
 :mod:`.emission` (writers' rows, participation, verdicts), :mod:`.cut`, :mod:`.job` (the round).

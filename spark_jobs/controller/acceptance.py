@@ -129,10 +129,13 @@ class Accepted:
 
 
 def progress_outcome(progress: Progress | None) -> tuple[DataFrame | None, Accepted]:
-    """The sequenced marks that gap-free progress found bad (checkpointed: written and counted), and what
-    the round amounts to when the fast path holds: their counts and the writers progress saw."""
+    """The sequenced marks that gap-free progress found bad (checkpointed: written and counted; none when every
+    origin of the round is dense), and what the round amounts to when the fast path holds: their counts and
+    the writers progress saw."""
     if progress is None:
         return None, Accepted(None, [], [])
+    if progress.bad is None:
+        return None, Accepted(None, [progress.seen], [])
     bad = progress.bad.localCheckpoint()
     counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # per watermark and reason: small
     return bad, Accepted(None, [progress.seen], counts)

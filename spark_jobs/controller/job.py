@@ -39,10 +39,11 @@ from spark_jobs.controller.emission import read_state, stream_results, writer_ro
 from spark_jobs.controller.marks import (
     aggregate_marks,
     count_marks,
+    in_round,
     read_marks,
     read_segments,
+    round_marks,
     sequenced_in_round,
-    tag_marks,
     with_key,
 )
 from spark_jobs.controller.progress import advance_origins
@@ -82,12 +83,15 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     progress = None
     if has_sequenced:  # gap-free progress: jobs of its own, only for rounds with sequenced marks
         progress = advance_origins(
-            marks.where(sequenced_in_round(request)),
+            # in_round alone is a filter Parquet can push down (the sequenced test is not)
+            marks.where(in_round(request.now_ms, request.processed_until_ms)).where(sequenced_in_round(request)),
             origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
             pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
             segments,
+            segments_by_stream,
         )
-    tagged = tag_marks(marks.where(~sequenced_in_round(request)), request.now_ms, request.processed_until_ms)
+    # one scan of the marks: the plain ones and the sequenced ones released by dense origins
+    tagged = round_marks(marks, request, None if progress is None else progress.dense)
     if progress is not None:
         tagged = tagged.unionByName(progress.released.withColumn("tag", F.lit(VALUE)))
     groups = aggregate_marks(tagged)

@@ -31,6 +31,7 @@ from spark_jobs.controller.schemas import (
     KEYS,
     MARKS_SCHEMA,
     OPTIONAL_COLUMNS,
+    PROGRESS_COLUMNS,
     SEGMENTS_SCHEMA,
     SHUTDOWN,
     STREAM_NAME_REGEX,
@@ -49,6 +50,7 @@ __all__ = [
     "nullable_key",
     "read_marks",
     "read_segments",
+    "round_marks",
     "row_local_reason",
     "sequenced_in_round",
     "tag_marks",
@@ -213,6 +215,31 @@ def tag_marks(marks: DataFrame, now_ms: int, processed_until_ms: int | None) -> 
     kind_tag = F.when(F.col("kind") == MarkKind.SHUTDOWN.value, SHUTDOWN).otherwise(VALUE)
     tag = F.when(deferred, DEFERRED).otherwise(F.coalesce(row_local_reason(cheap_only=True), kind_tag))
     return marks.where(this_round | deferred).withColumn("tag", tag)
+
+
+def round_marks(marks: DataFrame, request: ControllerRequest, dense: DataFrame | None) -> DataFrame:
+    """The rows of the round's scan (:func:`tag_marks`) in one read of ``marks``: the plain marks and, with
+    ``dense`` (``ORIGIN_KEYS`` and ``prefix_end`` of gap-free progress's dense origins), the sequenced marks of
+    the round it releases, as VALUE marks with null progress columns. A dense origin's sequences are whole
+    one-chunk marks, so each released sequence is its mark: committed 3, prefix end 5 releases the marks of
+    sequences 4 and 5. The round's other sequenced marks (waiting, or of an origin on the exact path) are
+    left out; without ``dense``, all of them."""
+    sequenced = sequenced_in_round(request)
+    if dense is None:
+        return tag_marks(marks.where(~sequenced), request.now_ms, request.processed_until_ms)
+    keys = [*KEYS, "origin_id"]
+    decided = F.broadcast(dense.select(*[F.col(k).alias(f"dense_{k}") for k in keys], "prefix_end"))
+    rows = marks.withColumn("dense_origin", F.when(sequenced, F.coalesce("origin_id", F.lit(""))))
+    on = [F.col(k) == F.col(f"dense_{k}") for k in KEYS] + [F.col("dense_origin") == F.col("dense_origin_id")]
+    released = F.coalesce(F.col("seq") <= F.col("prefix_end"), F.lit(False))
+    kept = (
+        rows.join(decided, on, "left")
+        .withColumn("released", released)
+        .where(F.col("dense_origin").isNull() | F.col("released"))
+        .withColumns({c: F.when(~F.col("released"), F.col(c)) for c in PROGRESS_COLUMNS})
+    )
+    tagged = tag_marks(kept, request.now_ms, request.processed_until_ms)
+    return tagged.select(*marks.columns, F.when(F.col("released"), VALUE).otherwise(F.col("tag")).alias("tag"))
 
 
 def aggregate_marks(rows: DataFrame) -> DataFrame:

@@ -11,8 +11,6 @@ from pyspark.sql.types import (
     ArrayType,
     LongType,
     StringType,
-    StructField,
-    StructType,
 )
 
 from airflow_provider_wm.core.controller import (
@@ -20,9 +18,7 @@ from airflow_provider_wm.core.controller import (
     Quarantine,
 )
 from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
-from spark_jobs.common import (
-    empty_frame,
-)
+from airflow_provider_wm.core.segments import Segment
 from spark_jobs.controller.marks import invalid_key, nullable_key, row_local_reason
 from spark_jobs.controller.schemas import (
     KEYS,
@@ -41,14 +37,21 @@ ORIGIN_KEYS = [*KEYS, "origin_id"]
 
 @dataclass(frozen=True)
 class Progress:
-    released: DataFrame  # one mark (MARKS_SCHEMA, progress columns null) per released sequence
-    bad: DataFrame  # quarantined sequenced marks: MARKS_SCHEMA + reason
+    released: DataFrame  # one mark (MARKS_SCHEMA, progress columns null) per released sequence not in ``dense``
+    bad: DataFrame | None  # quarantined sequenced marks: MARKS_SCHEMA + reason; None: none can be
     seen: DataFrame  # KEYS of writers with a sane sequenced mark in the round
     origins: DataFrame  # next ORIGINS_STATE_SCHEMA
     pending: DataFrame  # next PENDING_STATE_SCHEMA
+    dense: DataFrame | None = None  # ORIGIN_KEYS + prefix_end of dense origins: their marks up to it are released
 
 
-def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> Progress:
+def advance_origins(
+    sequenced: DataFrame,
+    origins0: DataFrame,
+    pending0: DataFrame,
+    segments: DataFrame,
+    segments_by_stream: dict[str, dict[int, Segment]],
+) -> Progress:
     """``core.progress.advance`` for every origin with marks in the round.
 
     Two paths. A *dense* origin, the common case, is decided by fixed-width aggregates per origin
@@ -56,41 +59,52 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
     sequence, none is bad, all numbers are distinct, past the committed one and within reach. Its prefix
     then ends one before the first number missing after the committed one (committed 3, sequences 4 5 7
     -> 5; 6 is missing), and its rows are released or kept waiting through a broadcast join, with no
-    per-sequence shuffle. Every other origin with marks in the round takes the exact path
-    (:func:`exact_origins`).
+    per-sequence shuffle. Its marks of the round that are released are not in ``released``: the round's scan
+    of the marks picks them out with ``dense`` (:func:`spark_jobs.controller.marks.round_marks`), and the marks
+    are read again for the pending state only when some of them wait. Every other origin with marks in the
+    round takes the exact path (:func:`exact_origins`).
     """
     sequenced = sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
-    # one row per origin with marks in the round: small
+    # one row per origin with marks in the round: small; with how many take the exact path, and the lowest
+    # prefix end of the dense origins with marks of the round that wait (a bound on their numbers)
     decisions = origin_decisions(sequenced, origins0, pending0, segments).localCheckpoint()
-    dense = F.broadcast(decisions.where("dense").select(*ORIGIN_KEYS, "committed_seq", "prefix_end"))
+    counts = (
+        decisions.coalesce(1)  # one task over the checkpoint's blocks: one Spark job, no shuffle
+        .agg(
+            F.count(F.when(~F.col("dense"), 1)).alias("exact"),
+            F.min(F.when(F.col("dense") & F.col("arrivals_wait"), F.col("prefix_end"))).alias("waiting_above"),
+        )
+        .first()
+    )
+    assert counts is not None  # an aggregation without grouping has one row
+    dense_decisions = decisions.where("dense")
+    dense = F.broadcast(dense_decisions.select(*ORIGIN_KEYS, "prefix_end"))
     released_now = F.col("seq") <= F.col("prefix_end")
     pending_columns = PENDING_STATE_SCHEMA.fieldNames()
-    dense_rows = (
-        sequenced.join(dense, ORIGIN_KEYS)
-        .select(*pending_columns, "prefix_end")
-        .unionByName(pending0.join(dense, ORIGIN_KEYS).select(*pending_columns, "prefix_end"))
-    )
+    dense_pending0 = pending0.join(dense, ORIGIN_KEYS).select(*pending_columns, "prefix_end")
     progress_nulls = [F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS]
-    released = dense_rows.where(released_now).select(
+    released = dense_pending0.where(released_now).select(
         "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls, "wm_key"
     )
-    dense_origins = (
-        decisions.where("dense")
-        .select(*ORIGIN_KEYS, F.greatest("committed_seq", "prefix_end").alias("committed_seq"))
-        .where(F.col("committed_seq") > 0)
-    )
-    waiting = dense_rows.where(~released_now).select(*pending_columns)
-    seen = decisions.where("dense").select(*KEYS)
+    waiting = dense_pending0.where(~released_now).select(*pending_columns)
+    if counts["waiting_above"] is not None:  # some marks of the round wait: read them (numbers above a bound)
+        arrived = sequenced.where(F.col("seq") > F.lit(counts["waiting_above"])).join(dense, ORIGIN_KEYS)
+        waiting = waiting.unionByName(arrived.where(~released_now).select(*pending_columns))
+    dense_origins = dense_decisions.select(
+        *ORIGIN_KEYS, F.greatest("committed_seq", "prefix_end").alias("committed_seq")
+    ).where(F.col("committed_seq") > 0)
+    seen = dense_decisions.select(*KEYS)
     other_origins0 = origins0.join(dense, ORIGIN_KEYS, "left_anti")
     other_pending0 = pending0.join(dense, ORIGIN_KEYS, "left_anti")
-    if decisions.where(~F.col("dense")).isEmpty():
-        bad_schema = StructType([*MARKS_SCHEMA.fields, StructField("reason", StringType())])
+    dense_keys = dense_decisions.select(*ORIGIN_KEYS, "prefix_end")
+    if counts["exact"] == 0:  # the dense origins' marks are all good
         return Progress(
             released,
-            empty_frame(sequenced.sparkSession, bad_schema),
+            None,
             seen,
             other_origins0.unionByName(dense_origins),
             other_pending0.unionByName(waiting),
+            dense_keys,
         )
     exact = exact_origins(sequenced.join(dense, ORIGIN_KEYS, "left_anti"), other_origins0, other_pending0, segments)
     return Progress(
@@ -99,6 +113,7 @@ def advance_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFra
         exact.seen.unionByName(seen),
         exact.origins.unionByName(dense_origins),
         exact.pending.unionByName(waiting),
+        dense_keys,
     )
 
 
@@ -128,24 +143,51 @@ def sequence_reason() -> Column:
 
 
 def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> DataFrame:
-    """Per origin with marks in the round: ``dense`` (see :func:`advance_origins`), its committed sequence
-    and, when dense, the end of its gap-free prefix.
+    """Per origin with marks in the round: ``dense`` (see :func:`advance_origins`), its committed sequence,
+    when dense the end of its gap-free prefix, and ``arrivals_wait``: a mark of the round has a number past
+    that end (it waits in the pending state).
 
-    Fixed-width aggregates only (no per-origin lists, which Spark sorts once an aggregation holds more
-    than a few hundred groups). Each sequence number sets bit ``seq - committed - 1`` of a 64-bit word
-    (word ``(seq - committed - 1) div 64``); a word's mark count above its bit count is a duplicate; the
-    prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011`` -> 5. The
-    checks of a mark's stream, key and writer are made once per origin, and those of its position (offsets,
-    unknown segments) on the exploded positions, where they are scalar comparisons and a broadcast join.
+    One scan of the marks and fixed-width aggregates only (no per-origin lists, which Spark sorts once an
+    aggregation holds more than a few hundred groups). Each sequence number sets bit ``seq - committed - 1``
+    of a 64-bit word (word ``(seq - committed - 1) div 64``); a word's mark count above its bit count is a
+    duplicate; the prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011``
+    -> 5. The checks of a mark's stream, key and writer are made once per origin, those of its position
+    (offsets, unknown segments) on its exploded positions in the same aggregation, where they are scalar
+    comparisons and a broadcast join.
     """
     committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
     committed = F.broadcast(origins0.select(*ORIGIN_KEYS, "committed_seq"))
     lone = (F.col("chunk") == 1) & F.col("last_chunk")
     valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
     clean = row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
+    known = F.broadcast(segments.select("stream", "segment_id", F.lit(True).alias("known")))
+    # one row per mark and segment (one for a mark without any); its first row counts the mark, and a later
+    # one is kept only when its segment or offset is bad (else it adds nothing the first row does not)
+    good_position = F.col("segment_id").isNull() | (F.col("known").isNotNull() & (F.col("offset") >= 0))
+    first_row = F.col("pos").isNull() | (F.col("pos") == 0)
+    arrivals = (
+        sequenced.select(
+            *ORIGIN_KEYS,
+            "seq",
+            clean.alias("clean"),
+            F.posexplode_outer("position").alias("pos", "segment_id", "offset"),
+        )
+        .join(known, ["stream", "segment_id"], "left")
+        .where(first_row | ~F.coalesce(good_position, F.lit(False)))
+        .select(
+            *ORIGIN_KEYS,
+            "seq",
+            (F.col("clean") & F.coalesce(good_position, F.lit(False))).alias("clean"),
+            F.lit(1).alias("arrived"),
+            F.when(first_row, 1).otherwise(0).alias("first"),
+        )
+    )
     numbers = (
-        sequenced.select(*ORIGIN_KEYS, "seq", clean.alias("clean"), F.lit(1).alias("arrived"))
-        .unionByName(pending0.select(*ORIGIN_KEYS, "seq", lone.alias("clean"), F.lit(0).alias("arrived")))
+        arrivals.unionByName(
+            pending0.select(
+                *ORIGIN_KEYS, "seq", lone.alias("clean"), F.lit(0).alias("arrived"), F.lit(1).alias("first")
+            )
+        )
         .join(committed, ORIGIN_KEYS, "left")
         .select(
             *ORIGIN_KEYS,
@@ -154,48 +196,53 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
             F.when(F.col("seq") >= 1, F.col("seq") - committed_seq - 1).alias("bit"),
             "clean",
             "arrived",
+            "first",
         )
     )
     in_reach = (F.col("bit") >= 0) & (F.col("bit") < F.lit(MAX_PENDING_SEQUENCES))
     words = numbers.groupBy(*ORIGIN_KEYS, "committed_seq", F.floor(F.col("bit") / 64).alias("word")).agg(
         F.min(F.coalesce(F.col("clean") & in_reach, F.lit(False)).cast("int")).alias("clean"),
         F.max("arrived").alias("arrived"),
-        F.count("*").alias("marks"),
+        F.max(F.when(F.col("arrived") == 1, F.col("bit"))).alias("last_arrival"),
+        F.sum("first").alias("marks"),
         F.bit_or(F.when(in_reach, F.expr("shiftleft(CAST(1 AS BIGINT), CAST(pmod(bit, 64) AS INT))"))).alias("bits"),
     )
     full = F.col("bits") == F.lit(-1)
     per_origin = words.groupBy(*ORIGIN_KEYS, "committed_seq").agg(
         F.min("clean").alias("clean"),
         F.max("arrived").alias("arrived"),
+        F.max("last_arrival").alias("last_arrival"),
         (F.sum("marks") == F.sum(F.bit_count(F.coalesce("bits", F.lit(0))))).alias("distinct"),
         F.collect_list(F.when(full, F.col("word"))).alias("full_words"),
         # no entry for a null word (a mark without a number: not clean)
         F.map_from_entries(F.collect_list(F.when(F.col("word").isNotNull(), F.struct("word", "bits")))).alias("words"),
     )
-    exploded = sequenced.select(*ORIGIN_KEYS, F.explode("position").alias("segment_id", "offset"))
-    known = F.broadcast(segments.select("stream", "segment_id", F.lit(True).alias("known")))
-    bad_positions = (
-        exploded.join(known, ["stream", "segment_id"], "left")
-        .where(F.col("known").isNull() | F.col("offset").isNull() | (F.col("offset") < 0))
-        .select(*ORIGIN_KEYS)
-        .distinct()
-        .withColumn("bad_position", F.lit(True))
-    )
     valid_keys = F.col("stream").rlike(STREAM_NAME_REGEX) & ~invalid_key()
-    dense = (F.col("clean") == 1) & F.col("distinct") & valid_keys & F.col("bad_position").isNull()
+    dense = (F.col("clean") == 1) & F.col("distinct") & valid_keys
     # the first word that is not full, and the first unset bit in it (the trailing ones of its bits)
     first_open = F.array_min(
         F.array_except(F.sequence(F.lit(0).cast(LongType()), F.size("full_words").cast(LongType())), "full_words")
     )
     open_bits = F.coalesce(F.try_element_at("words", first_open), F.lit(0).cast(LongType()))
     trailing_ones = F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1
+    prefix_end = F.col("committed_seq") + first_open * 64 + trailing_ones
     # an origin with chunks waiting but none arriving is not touched by the round (as in core)
-    arrivals = per_origin.where(F.col("arrived") == 1)
-    return arrivals.join(F.broadcast(bad_positions), ORIGIN_KEYS, "left").select(
-        *ORIGIN_KEYS,
-        "committed_seq",
-        F.coalesce(dense, F.lit(False)).alias("dense"),
-        F.when(dense, F.col("committed_seq") + first_open * 64 + trailing_ones).alias("prefix_end"),
+    return (
+        per_origin.where(F.col("arrived") == 1)
+        .select(
+            *ORIGIN_KEYS,
+            "committed_seq",
+            F.coalesce(dense, F.lit(False)).alias("dense"),
+            F.when(dense, prefix_end).alias("prefix_end"),
+            "last_arrival",
+        )
+        .select(
+            *ORIGIN_KEYS,
+            "committed_seq",
+            "dense",
+            "prefix_end",
+            (F.col("committed_seq") + F.col("last_arrival") + 1 > F.col("prefix_end")).alias("arrivals_wait"),
+        )
     )
 
 
