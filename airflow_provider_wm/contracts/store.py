@@ -48,6 +48,16 @@ class WatermarkRecord(Contract):
     published_at_ms: int | None = None
 
     @classmethod
+    def derived(
+        cls, stream: str, watermark_ms: int, *, computed_at_ms: int, run_id: str, pipeline: str, dag_id: str | None,
+        upstream: str | None = None,
+    ) -> WatermarkRecord:  # fmt: skip
+        """The record an operator publishes for its output stream: one time for both bounds, no cut."""
+        return cls(stream=stream, wm_key=None, lower_ms=watermark_ms, upper_ms=watermark_ms,
+                   computed_at_ms=computed_at_ms, run_id=run_id, pipeline=pipeline, upstream=upstream,
+                   dag_id=dag_id)  # fmt: skip
+
+    @classmethod
     def of(
         cls, watermark: RoundWatermark, *, run_id: str, controller: str, dag_id: str | None = None
     ) -> WatermarkRecord:

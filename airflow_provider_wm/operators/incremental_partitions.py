@@ -340,16 +340,10 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         )
         if until is None:
             return
-        record = WatermarkRecord(
-            stream=self.output_stream,
-            wm_key=None,
-            lower_ms=until,
-            upper_ms=until,
-            computed_at_ms=document.processed_until_ms,
-            run_id=document.run_id,
-            pipeline=self.pipeline,
-            dag_id=self.dag_id,
-        )
+        record = WatermarkRecord.derived(
+            self.output_stream, until, computed_at_ms=document.processed_until_ms, run_id=document.run_id,
+            pipeline=self.pipeline, dag_id=self.dag_id,
+        )  # fmt: skip
         store.publish(record.to_json())
 
     def _resolve_units(self) -> list[str]:

@@ -395,17 +395,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         output_ms = self.spec.output_window.output_watermark(document.watermark_ms)
         if output_ms is None:
             return
-        record = WatermarkRecord(
-            stream=self.output_stream,
-            wm_key=None,
-            lower_ms=output_ms,
-            upper_ms=output_ms,
-            computed_at_ms=document.arrival_until_ms,
-            run_id=document.run_id,
-            pipeline=self.pipeline,
-            upstream=upstream_streams(self.spec.watermark),
-            dag_id=self.dag_id,
-        )
+        record = WatermarkRecord.derived(
+            self.output_stream, output_ms, computed_at_ms=document.arrival_until_ms, run_id=document.run_id,
+            pipeline=self.pipeline, dag_id=self.dag_id, upstream=upstream_streams(self.spec.watermark),
+        )  # fmt: skip
         store.publish(record.to_json())
 
     def _check_spec_unchanged(self, committed: WindowedState | None) -> None:
