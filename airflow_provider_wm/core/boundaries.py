@@ -6,16 +6,16 @@ boundary ``b`` when ``W >= b``: every event before ``b`` has arrived, so the int
 is complete. It is the same comparison as a sensor's (:attr:`~airflow_provider_wm.core.coalescing.WatermarkCheck.passed`
 with ``threshold_ms = b``), applied to every boundary in turn.
 
-A watcher keeps a *cursor*, the last boundary it fired. :func:`boundaries_passed` lists the boundaries after
+A watcher keeps a *cursor*, the last boundary it fired. :func:`passed_in_turn` lists the boundaries after
 the cursor that the watermark has passed, oldest first, one per interval: a watermark that jumps three hours
-passes three boundaries, and a consumer scheduled on them sees three, each once. A watermark that stays
-between two boundaries, or goes back (it never does in the store, see the module of
-:mod:`~airflow_provider_wm.core.coalescing`), passes none.
+passes three boundaries, and a consumer scheduled on them sees three, each once (:func:`boundary_events`,
+which can merge a long backlog into one event). A watermark that stays between two boundaries, or goes back
+(it never does in the store, see the module of :mod:`~airflow_provider_wm.core.coalescing`), passes none.
 
 >>> HOUR = 3_600_000
->>> boundaries_passed(cursor_ms=0, watermark_ms=3 * HOUR + 5, every_ms=HOUR)
-[3600000, 7200000, 10800000]
->>> boundaries_passed(cursor_ms=3 * HOUR, watermark_ms=3 * HOUR + 5, every_ms=HOUR)
+>>> passed_in_turn(lambda boundary: 3 * HOUR + 5, cursor_ms=0, every_ms=HOUR)
+[(3600000, 10800005), (7200000, 10800005), (10800000, 10800005)]
+>>> passed_in_turn(lambda boundary: 3 * HOUR + 5, cursor_ms=3 * HOUR, every_ms=HOUR)
 []
 >>> last_boundary(3 * HOUR + 5, HOUR), is_boundary(2 * HOUR, HOUR), is_boundary(2 * HOUR + 1, HOUR)
 (10800000, True, False)
@@ -23,9 +23,12 @@ between two boundaries, or goes back (it never does in the store, see the module
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from airflow_provider_wm.core.windows import Tumbling
 
-__all__ = ["boundaries_passed", "is_boundary", "last_boundary"]
+__all__ = ["BoundaryEvent", "boundary_events", "is_boundary", "last_boundary", "passed_in_turn"]
 
 
 def _grid(every_ms: int) -> Tumbling:
@@ -50,25 +53,69 @@ def is_boundary(t_ms: int, every_ms: int) -> bool:
     return last_boundary(t_ms, every_ms) == t_ms
 
 
-def boundaries_passed(*, cursor_ms: int, watermark_ms: int | None, every_ms: int) -> list[int]:
-    """The boundaries in ``(cursor_ms, watermark_ms]``, oldest first: those the watermark has passed since the
-    boundary ``cursor_ms`` fired. ``watermark_ms=None`` (no watermark yet) passes none. ``cursor_ms`` must be a
-    boundary.
+def passed_in_turn(
+    watermark_at: Callable[[int], int | None], *, cursor_ms: int, every_ms: int
+) -> list[tuple[int, int]]:
+    """The boundaries after ``cursor_ms`` passed in turn, oldest first, each as ``(boundary, watermark)`` with
+    the watermark judged *at that boundary*: ``watermark_at(b)`` is what a sensor with threshold ``b`` sees (its
+    idle inputs depend on ``b``). The list stops at the first boundary not passed, so none is ever skipped.
 
-    >>> boundaries_passed(cursor_ms=86_400_000, watermark_ms=3 * 86_400_000, every_ms=86_400_000)
-    [172800000, 259200000]
-    >>> boundaries_passed(cursor_ms=0, watermark_ms=None, every_ms=60_000)
-    []
-    >>> boundaries_passed(cursor_ms=30_000, watermark_ms=120_000, every_ms=60_000)
-    Traceback (most recent call last):
-    ...
-    ValueError: cursor_ms=30000 is not a boundary of every_ms=60000 (the last one before it is 0)
+    >>> HOUR = 3_600_000
+    >>> passed_in_turn(lambda b: 2 * HOUR + 5, cursor_ms=0, every_ms=HOUR)
+    [(3600000, 7200005), (7200000, 7200005)]
+
+    An input idle from 3h on lifts the watermark only for the boundaries from 3h, and a boundary the
+    watermark misses (4h here) stops the list even if a later one would pass:
+
+    >>> at = {HOUR: HOUR, 2 * HOUR: HOUR, 3 * HOUR: 3 * HOUR, 4 * HOUR: 3 * HOUR, 5 * HOUR: 9 * HOUR}
+    >>> passed_in_turn(at.get, cursor_ms=0, every_ms=HOUR)
+    [(3600000, 3600000)]
+    >>> passed_in_turn(at.get, cursor_ms=2 * HOUR, every_ms=HOUR)
+    [(10800000, 10800000)]
     """
-    if not is_boundary(cursor_ms, every_ms):
-        raise ValueError(
-            f"cursor_ms={cursor_ms!r} is not a boundary of every_ms={every_ms!r} "
-            f"(the last one before it is {last_boundary(cursor_ms, every_ms)})"
-        )
-    if watermark_ms is None or watermark_ms < cursor_ms + every_ms:
-        return []
-    return list(range(cursor_ms + every_ms, last_boundary(watermark_ms, every_ms) + 1, every_ms))
+    passed = []
+    boundary = cursor_ms + every_ms
+    while (watermark := watermark_at(boundary)) is not None and watermark >= boundary:
+        passed.append((boundary, watermark))
+        boundary += every_ms
+    return passed
+
+
+@dataclass(frozen=True)
+class BoundaryEvent:
+    """One event of a watcher: the interval ``[interval_start_ms, boundary_ms)`` is complete.
+    ``intervals`` grid intervals make it up: 1, unless a backlog was merged into it."""
+
+    interval_start_ms: int
+    boundary_ms: int
+    watermark_ms: int
+    intervals: int
+
+
+def boundary_events(
+    passed: list[tuple[int, int]], *, cursor_ms: int, every_ms: int, max_backlog: int | None = None
+) -> list[BoundaryEvent]:
+    """One event per passed boundary, or, when more than ``max_backlog`` are passed at once, the oldest of them
+    merged into the first event, which then covers from the cursor to its boundary: at most ``max_backlog``
+    events, and no interval is skipped.
+
+    >>> HOUR = 3_600_000
+    >>> passed = [(b, 5 * HOUR) for b in range(HOUR, 6 * HOUR, HOUR)]
+    >>> [(e.interval_start_ms // HOUR, e.boundary_ms // HOUR, e.intervals)
+    ...  for e in boundary_events(passed, cursor_ms=0, every_ms=HOUR, max_backlog=2)]
+    [(0, 4, 4), (4, 5, 1)]
+    >>> len(boundary_events(passed, cursor_ms=0, every_ms=HOUR))
+    5
+    """
+    if max_backlog is not None and len(passed) > max_backlog:
+        boundary, watermark = passed[len(passed) - max_backlog]
+        merged = BoundaryEvent(cursor_ms, boundary, watermark, (boundary - cursor_ms) // every_ms)
+        return [
+            merged,
+            *boundary_events(passed[len(passed) - max_backlog + 1 :], cursor_ms=boundary, every_ms=every_ms),
+        ]
+    events, start = [], cursor_ms
+    for boundary, watermark in passed:
+        events.append(BoundaryEvent(start, boundary, watermark, 1))
+        start = boundary
+    return events

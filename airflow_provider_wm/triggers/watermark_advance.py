@@ -25,7 +25,13 @@ import pendulum
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider_wm.arguments import require_paths
-from airflow_provider_wm.core.boundaries import boundaries_passed, is_boundary, last_boundary
+from airflow_provider_wm.core.boundaries import (
+    BoundaryEvent,
+    boundary_events,
+    is_boundary,
+    last_boundary,
+    passed_in_turn,
+)
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs, watermark_label
 from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook
@@ -78,8 +84,11 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
 
     Per boundary, not per poll: a watermark that jumps from 10:20 to 13:05 passes 11:00, 12:00 and 13:00 and
     the trigger fires three events, oldest first, each with its own interval, ``event_spacing`` seconds
-    apart. Airflow starts one run for the events queued when its scheduler next looks, so events may still
-    share a run: the consumer handles each of its ``triggering_asset_events``, as the example DAG does. The
+    apart. Each boundary is judged as a sensor with that boundary as its threshold would judge it (inputs
+    idle *at that boundary* left out), so a watcher fires exactly when such a sensor would pass. A backlog
+    longer than ``max_backlog`` boundaries is merged into its first event (see the payload's ``intervals``).
+    Airflow starts one run for the events queued when its scheduler next looks, so events may still share a
+    run: the consumer handles each of its ``triggering_asset_events``, as the example DAG does. The
     spacing is there because Airflow 3.3 leaves an asset event that arrives while its scheduler creates a run
     for the previous one to no run until the next event comes (the run consumes the events up to the
     previous one's queue time, then deletes the queue row the new event found already there).
@@ -88,7 +97,10 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
 
         {"boundary_ms": 1767574800000, "boundary": "2026-01-05T01:00:00.000Z",
          "interval_start_ms": 1767571200000, "interval_end_ms": 1767574800000,
-         "watermark_ms": 1767575100000, "inputs": ["orders"], "every_ms": 3600000}
+         "watermark_ms": 1767575100000, "inputs": ["orders"], "every_ms": 3600000, "intervals": 1}
+
+    ``intervals`` is how many grid intervals ``[interval_start_ms, interval_end_ms)`` spans: 1, or more for an
+    event a backlog was merged into.
 
     The cursor, the last boundary fired, is kept in the watched asset's state store under
     ``wm_advance_cursor/<inputs>/<every_ms>``. Where it starts when the store holds none: at ``start_after``
@@ -114,6 +126,9 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
     :param poll_interval: seconds between reads of the store.
     :param event_spacing: least seconds between two events (default 10), see above; kept across a restart
         (the cursor records when its event fired).
+    :param max_backlog: at most this many events for the boundaries passed at once (a watermark that jumps a
+        week on an hourly grid, say ``24``): the oldest are merged into the first event, whose interval then
+        starts at the last boundary fired, so no interval is skipped. Default: no limit, an event per boundary.
     :param storage_options: fsspec options of a remote store.
     """
 
@@ -132,6 +147,7 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
         when_all_idle: AllIdlePolicy = "wait",
         poll_interval: float = 30.0,
         event_spacing: float = 10.0,
+        max_backlog: int | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -158,6 +174,11 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
             raise ValueError(f"poll_interval={poll_interval!r} must be a positive number of seconds")
         if isinstance(event_spacing, bool) or not isinstance(event_spacing, (int, float)) or not event_spacing >= 0:
             raise ValueError(f"event_spacing={event_spacing!r} must be a number of seconds, 0 or more")
+        if max_backlog is not None and (
+            isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 1
+        ):
+            raise ValueError(f"max_backlog={max_backlog!r} must be a whole number of events, 1 or more, or None")
+        self.max_backlog = max_backlog
         self.store_path = store_path
         self.stream = stream
         self.streams = None if streams is None else list(streams)
@@ -193,6 +214,7 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
                 "when_all_idle": self.when_all_idle,
                 "poll_interval": self.poll_interval,
                 "event_spacing": self.event_spacing,
+                "max_backlog": self.max_backlog,
                 "storage_options": self.storage_options,
             },
         )
@@ -231,18 +253,31 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
         }
         await self._state_store().aset(self.cursor_key, value)
 
-    def event(self, boundary_ms: int, watermark_ms: int) -> TriggerEvent:
+    def event(self, fired: BoundaryEvent) -> TriggerEvent:
         return TriggerEvent(
             {
-                "boundary_ms": boundary_ms,
-                "boundary": format_ms(boundary_ms),
-                "interval_start_ms": boundary_ms - self.every_ms,
-                "interval_end_ms": boundary_ms,
-                "watermark_ms": watermark_ms,
+                "boundary_ms": fired.boundary_ms,
+                "boundary": format_ms(fired.boundary_ms),
+                "interval_start_ms": fired.interval_start_ms,
+                "interval_end_ms": fired.boundary_ms,
+                "watermark_ms": fired.watermark_ms,
                 "inputs": self.labels,
                 "every_ms": self.every_ms,
+                "intervals": fired.intervals,
             }
         )
+
+    def events_after(self, records: dict[str, Any], cursor_ms: int) -> list[BoundaryEvent]:
+        """The events for the boundaries after ``cursor_ms`` that the inputs' watermark passes, each judged at
+        its own boundary (:func:`~airflow_provider_wm.core.boundaries.passed_in_turn`)."""
+
+        def watermark_at(boundary_ms: int) -> int | None:
+            return check_watermarks(
+                records, boundary_ms, idle_timeout_ms=self.idle_timeout_ms, when_all_idle=self.when_all_idle
+            ).watermark_ms
+
+        passed = passed_in_turn(watermark_at, cursor_ms=cursor_ms, every_ms=self.every_ms)
+        return boundary_events(passed, cursor_ms=cursor_ms, every_ms=self.every_ms, max_backlog=self.max_backlog)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
@@ -262,32 +297,35 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
             except UnknownNameError as unknown:  # a watcher outlives typos and new deployments: say so, keep waiting
                 self.log.warning("%s: %s; waiting", self.argument, unknown)
                 records = None
-            watermark_ms = None
-            if records is not None:
-                next_boundary = 0 if cursor is None else cursor + self.every_ms
-                check = check_watermarks(
-                    records, next_boundary, idle_timeout_ms=self.idle_timeout_ms, when_all_idle=self.when_all_idle
-                )
-                watermark_ms = check.watermark_ms
-            if cursor is None and watermark_ms is not None:
-                cursor = last_boundary(watermark_ms, self.every_ms)
-                await self.write_cursor(cursor, watermark_ms)
-                self.log.info(
-                    "First watermark %s: firing from the boundary after %s", format_ms(watermark_ms), format_ms(cursor)
-                )
-            elif cursor is not None:
-                for boundary_ms in boundaries_passed(
-                    cursor_ms=cursor, watermark_ms=watermark_ms, every_ms=self.every_ms
-                ):
+            if records is not None and cursor is None:
+                watermark_ms = check_watermarks(
+                    records, 0, idle_timeout_ms=self.idle_timeout_ms, when_all_idle=self.when_all_idle
+                ).watermark_ms
+                if watermark_ms is not None:
+                    cursor = last_boundary(watermark_ms, self.every_ms)
+                    await self.write_cursor(cursor, watermark_ms)
+                    self.log.info(
+                        "First watermark %s: firing from the boundary after %s",
+                        format_ms(watermark_ms),
+                        format_ms(cursor),
+                    )
+            elif records is not None and cursor is not None:
+                # in a thread: a long backlog is one check per boundary
+                for fired in await asyncio.to_thread(self.events_after, records, cursor):
                     await asyncio.sleep(max(0.0, last_fired + self.event_spacing - loop.time()))
-                    self.log.info("Watermark %s passed %s", format_ms(watermark_ms), format_ms(boundary_ms))
+                    self.log.info(
+                        "Watermark %s passed %s (%d interval(s))",
+                        format_ms(fired.watermark_ms),
+                        format_ms(fired.boundary_ms),
+                        fired.intervals,
+                    )
                     fired_at_ms = int(time.time() * 1000)
                     # the time first, under the previous boundary: a restart within the commit delay repeats this
                     # event (at least once) and still keeps the spacing
-                    await self.write_cursor(cursor, watermark_ms, fired_at_ms)
-                    yield self.event(boundary_ms, watermark_ms)  # type: ignore[arg-type]
+                    await self.write_cursor(cursor, fired.watermark_ms, fired_at_ms)
+                    yield self.event(fired)
                     last_fired = loop.time()
                     await asyncio.sleep(self.commit_delay)
-                    cursor = boundary_ms
-                    await self.write_cursor(cursor, watermark_ms, fired_at_ms)
+                    cursor = fired.boundary_ms
+                    await self.write_cursor(cursor, fired.watermark_ms, fired_at_ms)
             await asyncio.sleep(self.poll_interval)

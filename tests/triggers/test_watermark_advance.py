@@ -99,6 +99,7 @@ def test_a_jump_of_three_hours_fires_one_event_per_boundary_oldest_first(tmp_pat
         "watermark_ms": T0 + 3 * HOUR + 5,
         "inputs": ["orders"],
         "every_ms": HOUR,
+        "intervals": 1,
     }
     assert rest == [T0 + 2 * HOUR, T0 + 3 * HOUR]
     cursor = json.loads(state.values["wm_advance_cursor/orders/3600000"])
@@ -162,6 +163,46 @@ def test_several_streams_fire_on_their_coalesced_watermark_the_slowest(tmp_path:
 
     assert asyncio.run(scenario()) == ([T0 + HOUR], [T0 + 2 * HOUR, T0 + 3 * HOUR])
     assert "wm_advance_cursor/orders,payments/3600000" in state.values
+
+
+def test_each_boundary_is_judged_with_the_inputs_idle_at_it_as_a_sensor_with_that_threshold_would(
+    tmp_path: Path,
+) -> None:
+    state = MemoryAssetState()
+    # both at 5h, both last advanced at 0:30: with idle_timeout 2h they are idle from the boundary 3h on, and
+    # "wait" (all idle) holds 3h back, as a sensor for the interval ending 3h waits
+    for stream in ("orders", "payments"):
+        assert WatermarkStoreHook(str(tmp_path)).publish(
+            record(T0 + 5 * HOUR, stream=stream, computed_at=T0 + HOUR // 2)
+        )
+    trigger = watcher(tmp_path, state, stream=None, streams=["orders", "payments"], idle_timeout="PT2H")
+    records = WatermarkStoreHook(str(tmp_path)).read_latest_inputs(trigger.inputs, fail_on_unknown=True)
+
+    assert [event.boundary_ms for event in trigger.events_after(records, T0)] == [T0 + HOUR, T0 + 2 * HOUR]
+    assert trigger.events_after(records, T0 + 2 * HOUR) == []
+    highest = watcher(
+        tmp_path, state, stream=None, streams=["orders", "payments"], idle_timeout="PT2H", when_all_idle="highest"
+    )
+    assert len(highest.events_after(records, T0)) == 5
+
+
+def test_a_backlog_longer_than_max_backlog_is_merged_into_its_first_event_skipping_no_interval(
+    tmp_path: Path,
+) -> None:
+    state = MemoryAssetState()
+    publish(tmp_path, T0 + 5 * HOUR + 5)
+
+    async def scenario() -> list[dict[str, Any]]:
+        running = Running(watcher(tmp_path, state, start_after=T0, max_backlog=2))
+        events = [(await asyncio.wait_for(running.events.get(), 5)).payload for _ in range(2)]
+        assert await running.take(0) == []
+        await running.stop()
+        return events
+
+    merged, last = asyncio.run(scenario())
+    spans = [(e["interval_start_ms"], e["interval_end_ms"], e["intervals"]) for e in (merged, last)]
+    assert spans == [(T0, T0 + 4 * HOUR, 4), (T0 + 4 * HOUR, T0 + 5 * HOUR, 1)]
+    assert json.loads(state.values["wm_advance_cursor/orders/3600000"])["boundary_ms"] == T0 + 5 * HOUR
 
 
 def test_a_watermark_between_two_boundaries_and_an_unknown_stream_fire_nothing(
@@ -281,6 +322,8 @@ def test_a_trigger_shared_by_the_watchers_of_two_assets_says_it_keeps_one_cursor
         ({"stream": "orders", "when_all_idle": "never"}, r"when_all_idle='never' must be one of"),
         ({"stream": "orders", "poll_interval": 0}, r"poll_interval=0 must be a positive number of seconds"),
         ({"stream": "orders", "event_spacing": -1}, r"event_spacing=-1 must be a number of seconds, 0 or more"),
+        ({"stream": "orders", "max_backlog": 0}, r"max_backlog=0 must be a whole number of events, 1 or more"),
+        ({"stream": "orders", "max_backlog": True}, r"max_backlog=True must be a whole number"),
     ],
 )
 def test_bad_arguments_fail_at_construction_naming_the_argument_and_value(kwargs: dict, message: str) -> None:
