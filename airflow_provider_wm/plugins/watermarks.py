@@ -97,7 +97,7 @@ def create_app() -> FastAPI:
         behind = {str(row["dag_id"]) for row in data["streams"] if row["behind_upstream_ms"] and row.get("dag_id")}
         readable = get_auth_manager().filter_authorized_dag_ids(dag_ids=behind, user=user) if behind else set()
         explain_with_sensors(data["streams"], latest_sensors(readable))
-        return with_assets(data, state_assets())
+        return with_assets(data, readable_assets(state_assets(), user))
 
     @app.get("/api/streams/{stream}/history")
     def api_stream_history(
@@ -177,6 +177,20 @@ def state_assets() -> dict[tuple[str, str], dict[str, Any]]:
             prefix, owner = key.split("/", 1)  # the state key names its owner: "windowed_state/orders_15m"
             found.setdefault((prefix, owner), {"id": asset_id, "name": name, "uri": uri})
     return found
+
+
+def readable_assets(assets: dict[tuple[str, str], dict[str, Any]], user: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """``assets`` without those the user may not read (the auth manager's ``is_authorized_asset``, as Airflow's
+    own asset pages ask it): a user without access to an asset sees no link to it, nor its name and URI."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import AssetDetails
+
+    auth = get_auth_manager()
+    allowed: dict[int, bool] = {}
+    for asset in assets.values():
+        if asset["id"] not in allowed:
+            details = AssetDetails(id=str(asset["id"]))
+            allowed[asset["id"]] = auth.is_authorized_asset(method="GET", user=user, details=details)
+    return {owner: asset for owner, asset in assets.items() if allowed[asset["id"]]}
 
 
 def with_assets(data: dict[str, Any], assets: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:

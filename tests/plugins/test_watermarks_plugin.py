@@ -418,6 +418,14 @@ def test_a_pipeline_and_a_controller_with_their_state_in_an_asset_state_store_li
     assert page.locator("#pipeline-no_asset h3 a.asset").count() == 0
     assert page.locator("#streams tbody tr[data-stream=orders] a.asset").inner_text() == "asset page_streams"
 
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    no_role = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="guest", role=None))
+    hidden = overview_rows(client, no_role)  # signed in, but may read no asset: no link, no name, no URI
+    assert [row["asset"] for row in hidden["windowed_pipelines"]] == [None, None]
+    assert all(row["asset"] is None for row in hidden["streams"])
+
 
 def test_a_derived_stream_behind_its_upstream_is_explained_by_its_dags_sensor_that_timed_out(
     client, store, token, tmp_path
