@@ -41,9 +41,9 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from timing import Measured, compare, write_results
 
+from airflow_provider_wm.contracts.jobs import CLASSIC_CONF
 from airflow_provider_wm.core.windowing import Aggregate, AggregationSpec, BoundedOutOfOrderness
 from airflow_provider_wm.core.windows import Session, Sliding, Tumbling, WindowFn
-from spark_jobs.common import CLASSIC_CONF
 from spark_jobs.windowed import run_request as run_windowed
 
 T0_MS = 1_767_225_600_000
@@ -97,7 +97,7 @@ def events_session(args: argparse.Namespace, app_name: str) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config(map=CLASSIC_CONF)  # the jobs' own classic session (spark-submit) sets it too
+        .config(map=CLASSIC_CONF)  # as the operators submit the jobs
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -49,21 +49,10 @@ RequestT = TypeVar("RequestT", bound=JobRequest)
 ManifestT = TypeVar("ManifestT", bound=JobManifest)
 
 
-CLASSIC_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
-"""What a job's classic session (spark-submit) sets beyond spark-submit's configuration. With DataFrame debugging
-on (Spark's default), every Column function of a classic session records its Python call site in the JVM first,
-about eight Py4J round trips each (pyspark 4.2): a run that builds a few hundred expressions spends more time in
-those than in its small Spark jobs. Off, an analysis error names the failing expression without the Python line
-that built it. pyspark reads the setting once per process, at the first Column function, so it is set when the
-session is built. Spark Connect clients build plans locally and are not affected."""
-
-
 def get_session() -> SparkSession:
-    """The session spark-submit configured (its ``--name`` is the application's name), with :data:`CLASSIC_CONF`."""
-    builder = SparkSession.builder
-    for key, value in CLASSIC_CONF.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    """The session spark-submit configured (its ``--name`` is the application's name, its ``--conf`` the job's
+    settings, :data:`~airflow_provider_wm.contracts.jobs.CLASSIC_CONF` among them when the operators submit)."""
+    return SparkSession.builder.getOrCreate()
 
 
 @contextlib.contextmanager

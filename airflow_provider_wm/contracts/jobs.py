@@ -7,10 +7,19 @@ from typing import Any, ClassVar, Literal
 
 from airflow_provider_wm.contracts.codec import Contract
 
-__all__ = ["MANIFEST_NAME", "REQUEST_NAME", "JobFailure", "JobManifest", "JobRequest", "parse_manifest"]
+__all__ = ["CLASSIC_CONF", "MANIFEST_NAME", "REQUEST_NAME", "JobFailure", "JobManifest", "JobRequest", "parse_manifest"]
 
 REQUEST_NAME = "request.json"
 MANIFEST_NAME = "manifest.json"
+
+CLASSIC_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+"""The Spark settings a job submitted with spark-submit gets unless the submitter sets the same key (a ``--conf``
+of the operator's ``spark_conf`` wins, e.g. ``{"spark.python.sql.dataFrameDebugging.enabled": "true"}`` to
+debug). With DataFrame debugging on (Spark's default, a static setting), every Column function of a classic
+session records its Python call site in the JVM first, about eight Py4J round trips each (pyspark 4.2): a run
+that builds a few hundred expressions spends more time in those than in its small Spark jobs. Off, an analysis
+error names the failing expression without the Python line that built it. Spark Connect clients build plans
+locally and are not affected."""
 
 
 class JobRequest(Contract):

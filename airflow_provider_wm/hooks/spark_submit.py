@@ -23,6 +23,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_wm.contracts.jobs import CLASSIC_CONF
 from airflow_provider_wm.spark_connect_server import quiet_java_options
 
 __all__ = ["SparkConnectionNotFound", "WmSparkSubmitHook", "job_application"]
@@ -44,7 +45,8 @@ def job_application(module: str) -> str:
 
 
 class WmSparkSubmitHook(SparkSubmitHook):
-    """``SparkSubmitHook`` with a clear error for a missing connection and this interpreter for local masters.
+    """``SparkSubmitHook`` with a clear error for a missing connection, this interpreter for local masters and
+    the jobs' :data:`~airflow_provider_wm.contracts.jobs.CLASSIC_CONF` where ``conf`` leaves a key unset.
 
     :param conn_id: a ``spark`` connection id.
     :param kwargs: passed to ``SparkSubmitHook`` unchanged (conf, application_args, name, ...).
@@ -52,6 +54,8 @@ class WmSparkSubmitHook(SparkSubmitHook):
 
     def __init__(self, *, conn_id: str, **kwargs: Any) -> None:
         super().__init__(conn_id=conn_id, **kwargs)
+        for key, value in CLASSIC_CONF.items():  # the submitter's own setting of a key wins
+            self._conf.setdefault(key, value)
         if self._runs_on_this_machine():
             self._use_this_interpreter()
 

@@ -36,3 +36,32 @@ def test_jobs_are_located_in_the_installed_package():
     assert path.is_file() and path.parent.name == "spark_jobs"
     with pytest.raises(FileNotFoundError, match="no_such_job"):
         job_application("no_such_job")
+
+
+PROBE = """
+import sys
+
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+with open(sys.argv[1], "w") as out:
+    out.write(spark.conf.get("spark.python.sql.dataFrameDebugging.enabled"))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_jobs_are_submitted_with_dataframe_debugging_off_unless_the_operators_conf_sets_it(
+    airflow_db, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("AIRFLOW_CONN_LOCAL_SPARK", '{"conn_type": "spark", "host": "local[1]"}')
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+
+    def submitted_setting(conf: dict[str, str] | None) -> str:
+        out = tmp_path / "setting.txt"
+        WmSparkSubmitHook(conn_id="local_spark", conf=conf, application_args=[str(out)]).submit(str(probe))
+        return out.read_text()
+
+    assert submitted_setting(None) == "false"
+    assert submitted_setting({"spark.python.sql.dataFrameDebugging.enabled": "true"}) == "true"
