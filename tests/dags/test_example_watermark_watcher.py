@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from airflow_provider_wm.core.boundaries import BoundaryEvent
 from airflow_provider_wm.demo import order_events
 from airflow_provider_wm.triggers.watermark_advance import WatermarkAdvanceTrigger
 from tests.airflow_helpers import load_example_dag
@@ -48,7 +49,12 @@ def test_the_report_covers_each_hour_of_the_runs_events_once_oldest_first(airflo
     trigger = WatermarkAdvanceTrigger(store_path=str(tmp_path), stream="orders", start_after=START_MS)
 
     def asset_event(boundary_ms: int) -> Any:
-        return SimpleNamespace(extra={"from_trigger": True, "payload": trigger.event(boundary_ms, boundary_ms).payload})
+        return SimpleNamespace(
+            extra={
+                "from_trigger": True,
+                "payload": trigger.event(BoundaryEvent(boundary_ms - HOUR, boundary_ms, boundary_ms, 1)).payload,
+            }
+        )
 
     events: dict[str, list[Any]] = {
         "orders_watermark_hours": [asset_event(START_MS + 2 * HOUR), asset_event(START_MS + HOUR)]
