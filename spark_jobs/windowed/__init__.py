@@ -31,10 +31,11 @@ partials per window on a first run; with stored windows, the partials already me
 invalid rows' counters ride along as rows without a window), so the partials' group-by, the merge and the state's
 scan run once and both writes (panes, state) are projections of that checkpoint. A rollup's watermark is its
 upstream's stream, known before any pane row is read: its pane rows and live panes are hash-partitioned once by
-``(keys, target window start)``, each upstream window's live pane is picked and each target window's live panes
-summed in the partitions of that one exchange, and that result is materialised once (one row per upstream window,
-one per target window that got rows); its totals are observed while the live snapshot is written, and the panes
-and the state are read from the same checkpoint (merged with the stored windows when there are any).
+``(keys, target window start)``, each upstream window's live pane is picked (a hash aggregate over a rank packed
+in a long) and each target window's live panes summed in the partitions of that one exchange, and that result is
+materialised once (one row per target window that got rows, one per live pane of a window still open); its
+totals are observed while the live snapshot is written, and the panes and the state are read from the same
+checkpoint (merged with the stored windows when there are any).
 
 Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
 or re-run task replaces its own rows. The state is written to a new folder per version.

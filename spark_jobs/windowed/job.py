@@ -27,6 +27,7 @@ from spark_jobs.windowed.base import (
     run_totals,
 )
 from spark_jobs.windowed.firing import Firing
+from spark_jobs.windowed.rollup import ROLLUP_LATE_REASONS
 
 
 class Job(Firing):
@@ -35,31 +36,26 @@ class Job(Firing):
     def run_rollup(self, started: float) -> WindowedManifest:
         """A rollup's run: its watermark is its upstream's stream (a ``StoreWatermark``, validated by the spec),
         known before any pane row is read, so the run's totals are observed while the live snapshot is written
-        instead of counted first. :meth:`Rollup.live_panes` (one shuffle: the live pane per upstream window and
-        the partials per target window) is materialised once and read by the three writes: the live snapshot,
-        the panes and the state. The late rows are read again only when there are some."""
+        instead of counted first (:meth:`Rollup.write_live`). :meth:`Rollup.live_panes` (one shuffle: the
+        partials per target window and the live panes of the windows still open) is materialised once and read
+        by the three writes: the live snapshot, the panes and the state. The late rows are read again only when
+        there are some."""
         request = self.request
         assert isinstance(self.spec.watermark, StoreWatermark), "validated by AggregationSpec"
         watermark = self.watermark(None)  # no pane row moves a store's watermark
         panes = self.read_panes()
         classified = None if panes is None else self.classify_panes(panes)
-        rolled = self.live_panes(classified, self.read_live())
+        horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
+        written = self.write_live(classified, self.read_live(), horizon)
         counts: dict[str | None, int] = {}
         max_times: list[int | None] = [self.previous_max_event]
         fresh: DataFrame | None = None
         live_path = None
-        if rolled is not None:
-            if request.live_out is None:
-                raise ValueError("a rollup's request needs live_out")
-            rolled = rolled.localCheckpoint()  # one row per upstream or target window: read by three writes
-            totals = Observation("rollup")
-            horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
-            observed = rolled.observe(totals, *self.rollup_totals())
-            self.live_after(observed, horizon).write.mode("overwrite").parquet(request.live_out)
+        if written is not None:
+            rolled, row = written
             live_path = request.live_out
             if classified is not None:
-                row = totals.get
-                counts = {r.value: int(row[r.value]) for r in LateReason if row[r.value]}
+                counts = {r.value: int(row[r.value]) for r in ROLLUP_LATE_REASONS if row[r.value]}
                 counts[None] = int(row["rows"]) - sum(counts.values())
                 max_times.append(row["max_t"])
             if panes is not None and classified is not None and len(counts) > 1:

@@ -3,13 +3,16 @@ live pane of each upstream window, and recomputes the partials of the windows th
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 from airflow_provider_wm.core.windowing import (
     OUTPUT_COLUMNS,
     Accumulation,
+    Aggregate,
     LateReason,
     SqlAggregate,
 )
@@ -61,16 +64,13 @@ class Rollup(Events):
     def classify_panes(self, panes: DataFrame) -> DataFrame:
         """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (not
         :func:`~airflow_provider_wm.core.windowing.pane_window_is_valid`), ``TOO_LATE`` (the window they land
-        in is purged: ``end <= W_prev - L``) or null; ``wm_t``: the last time of their window (null for an
-        invalid one). No window arithmetic is evaluated on an invalid window."""
+        in is purged: ``end <= W_prev - L``) or null. No window arithmetic is evaluated on an invalid window."""
         fine_start, fine_end = F.col("window_start").cast("long"), F.col("window_end").cast("long")
         _, target_end = self.target_bounds(fine_start, fine_end)
         reason = F.when(~self.valid_pane_window(fine_start, fine_end), LateReason.INVALID_WINDOW.value)
         if self.previous_watermark is not None:
             reason = reason.when(~is_open(target_end, self.horizon), LateReason.TOO_LATE.value)
-        classified = panes.withColumn("wm_reason", reason)
-        valid = F.col("wm_reason").isNull() | (F.col("wm_reason") != LateReason.INVALID_WINDOW.value)
-        return classified.withColumn("wm_t", F.when(valid, fine_end - 1))
+        return panes.withColumn("wm_reason", reason)
 
     def valid_pane_window(self, start: Column, end: Column) -> Column:
         """:func:`~airflow_provider_wm.core.windowing.pane_window_is_valid` as a column, never null; each
@@ -85,26 +85,39 @@ class Rollup(Events):
             valid = valid.when(start < end - F.lit(size), False)
         return valid.otherwise(True)
 
-    def live_panes(self, classified: DataFrame | None, live: DataFrame | None) -> DataFrame | None:
-        """Each upstream window's live pane after the run, and the target windows' partials, from one shuffle
-        (``None``: no pane rows and no live panes).
+    def live_panes(
+        self, classified: DataFrame | None, live: DataFrame | None, horizon: int | None, packed: bool = True
+    ) -> DataFrame | None:
+        """The run's target windows and the live panes after it, from one shuffle of the pane rows (``None``: no
+        pane rows and no live panes); ``horizon`` is ``W - L`` of the run.
 
-        Pane rows: one per upstream window and ``wm_reason``: the pane's keys, window, :data:`LIVE_META` and
-        values (as the live snapshot stores them; values null unless ``wm_live``: the window's newest pane was
-        accepted and is no retraction), its target window ``[wm_ts, wm_te)`` (null for an invalid window),
-        ``wm_rows`` (the pane rows of it read) and ``wm_max_t`` (the last time of the window); summed over the
-        frame, they are the run's totals (:meth:`rollup_totals`). Window rows (the columns prefixed ``wm_w_``,
-        :meth:`fresh_windows`): one per target window that got pane rows, the partials of its live panes and
-        ``wm_events``. The rows are hash-partitioned by ``(keys, wm_ts)`` once: both group-bys run in the
-        partitions of that exchange. Worked example: the 5-minute pane ``[0, 5m)`` of key ``a``, EARLY
-        (index 0) in a previous run and ON_TIME (index 1) now, gives one pane row (the ON_TIME pane, target
-        ``[0, 1h)``, ``wm_rows`` 1) and the window row ``[0, 1h)`` of ``a`` sums its values."""
+        Each upstream window's live pane is the row of highest :func:`pane_rank` (a row read now beats a stored
+        live pane of the same rank); its values count when it was accepted (``wm_reason`` null) and is no
+        retraction. Window rows (the columns prefixed ``wm_w_``, :meth:`fresh_windows`): one per target window
+        that got pane rows, keyed by ``keys, wm_ts, wm_te`` (null for invalid windows), with the partials of its
+        live panes, ``wm_events`` (the accepted rows read, null for a window whose rows are too late) and the
+        counters that sum to the run's totals (:meth:`rollup_totals`). A target window's rows read in a run are
+        all accepted or all too late (the reason depends on the target window only), so the partials of a window
+        that got accepted rows never see a too-late row. Live rows (``wm_live`` true, :meth:`live_after`): the
+        live panes of the target windows still open at ``horizon``, as the live snapshot stores them.
+
+        The rows are hash-partitioned by ``(keys, wm_ts)`` once: the window rows' group-bys (per upstream window,
+        then per target window) run in the partitions of that exchange. The live rows' filter on the target
+        window applies after the same exchange when the aggregates read every upstream value column (both
+        branches then keep the same columns), else below an exchange of their own (the rows of open windows only:
+        none when the run closes every window it reads). Worked example: the 5-minute pane ``[0, 5m)`` of key
+        ``a``, EARLY (index 0) in a previous run and ON_TIME (index 1) now, gives the window row ``[0, 1h)`` of
+        ``a`` with its values (``wm_events`` 1) and, while ``[0, 1h)`` is open, the live row of the ON_TIME pane.
+
+        ``packed``: the rank as one long (each group-by is a hash aggregate); the job falls back to a struct
+        (``packed=False``, a sort-based aggregate) when a rank does not fit (``wm_inexact`` rows, never for the
+        runs and pane indexes an upstream job writes)."""
         assert self.spec.upstream is not None
         keys = self.keys
         frames: list[DataFrame] = []
         if classified is not None:
             schema = classified.schema
-            values = self.value_columns(classified.drop("wm_reason", "wm_t"))
+            values = [c for c in self.value_columns(classified) if c != "wm_reason"]
             typed = {"window_start": "bigint", "window_end": "bigint", "pane_index": "bigint", "retraction": "boolean"}
             frames.append(
                 classified.select(
@@ -117,7 +130,6 @@ class Rollup(Events):
                     F.col(RUN_PARTITION).cast("long").alias("upstream_run"),
                     *values,
                     "wm_reason",
-                    "wm_t",
                     F.lit(True).alias("wm_read"),
                 )
             )
@@ -126,8 +138,7 @@ class Rollup(Events):
         if not frames:
             return None
         candidates = frames[0] if len(frames) == 1 else frames[1].unionByName(frames[0], allowMissingColumns=True)
-        counters = ("wm_reason", "wm_t", "wm_read")
-        fixed = (*keys, "window_start", "window_end", *LIVE_META, *counters)
+        fixed = (*keys, "window_start", "window_end", *LIVE_META, *_COUNTERS)
         values = [c for c in candidates.columns if c not in fixed]
         reason = F.col("wm_reason")
         if "wm_reason" not in candidates.columns:  # live panes only
@@ -138,84 +149,150 @@ class Rollup(Events):
         candidates = candidates.select(
             "*", F.when(valid, target_start).alias("wm_ts"), F.when(valid, target_end).alias("wm_te")
         ).repartition(*keys, "wm_ts")
-        identity = [*keys, "window_start", "window_end", "wm_reason", "wm_ts", "wm_te"]
-        if self.spec.upstream.accumulation is Accumulation.DISCARDING:
-            identity.append("pane_index")
-        others = [c for c in candidates.columns if c not in (*identity, *counters)]
-        # a row read now wins a tie with the stored live one: both branches below pick the same winner
-        rank = F.struct("upstream_run", "pane_index", ~F.col("retraction"), F.col("wm_read").isNotNull())
-        grouped = candidates.groupBy(*identity).agg(
-            F.max_by(F.struct(*others), rank).alias("wm_winner"),
-            F.count("wm_read").alias("wm_rows"),
-            F.max("wm_t").alias("wm_max_t"),
-        )
-        is_live = reason.isNull() & ~F.col("wm_winner.retraction")
-        panes = grouped.select(
-            *keys,
-            "window_start",
-            "window_end",
-            *[F.col(c if c in identity else f"wm_winner.{c}").alias(c) for c in LIVE_META],
-            *[F.when(is_live, F.col(f"wm_winner.{c}")).alias(c) for c in values],  # no arithmetic on the others
-            *[is_live.alias(c) if c == "wm_live" else c for c in _PANE_COUNTERS],
-        )
-        # the target windows' group-by reads the same exchange (a second branch, the shuffle reused): no shuffle
-        # no filter on the reason (it would be pushed below this branch's exchange, making it another one): the
-        # rows of a reason add nothing (values null, not live, rows not counted); an invalid window has no target
-        if any(isinstance(agg, SqlAggregate) for agg in self.spec.aggregates):
-            # a SQL partial may count null values (count(1), collect_list): only the accepted panes reach it, at the
-            # price of an exchange of its own
-            panes_read = panes.where(reason.isNull())
-        else:
-            panes_read = panes
+        run, read = F.col("upstream_run"), F.col("wm_read").isNotNull()
+        rank = pane_rank(run, F.col("pane_index"), F.col("retraction"), read, packed)
+        panes = self._upstream_windows(candidates, rank, values)
         windows = (
-            panes_read.groupBy(*keys, "wm_ts", "wm_te")
+            panes.groupBy(*keys, "wm_ts", "wm_te")
             .agg(
                 *self.partial_exprs(F.col("wm_live")),
                 F.sum(F.when(reason.isNull(), F.col("wm_rows"))).alias("wm_events"),
-                # unused, but it keeps the same columns below both branches' exchanges
+                F.sum("wm_rows").alias("wm_rows"),
+                *[F.sum(F.when(reason == r.value, F.col("wm_rows"))).alias(r.value) for r in ROLLUP_LATE_REASONS],
                 F.max("wm_max_t").alias("wm_max_t"),
+                F.sum("wm_inexact").alias("wm_inexact"),
             )
-            .where(F.col("wm_events") > 0)
-            .select(
-                *keys,
-                "wm_ts",
-                "wm_te",
-                *[F.col(c).alias(_WINDOW + c) for c in (*self.partial_columns(), "wm_events", "wm_max_t")],
+            .where(F.col("wm_rows") > 0)  # not the windows of stored live panes only
+            .select(*keys, "wm_ts", "wm_te", *[F.col(c).alias(_WINDOW + c) for c in self._window_columns()])
+        )
+        open_rows = is_open(F.col("wm_te"), horizon)
+        if self._reads_every_value(values):
+            # both branches' rows then keep the same columns, so their exchanges are one (reused); a condition that
+            # is not deterministic stays above it (Spark pushes only deterministic filters through an exchange)
+            open_rows = F.when(F.spark_partition_id() >= 0, open_rows)
+        # else Spark pushes the filter below this branch's own exchange: it shuffles the open windows' rows only
+        still_open = self._upstream_windows(candidates.where(open_rows), rank, values)
+        live_rows = still_open.where("wm_live").select(*keys, "window_start", "window_end", *LIVE_META, *values)
+        return windows.unionByName(live_rows.withColumn("wm_live", F.lit(True)), allowMissingColumns=True)
+
+    def _upstream_windows(self, candidates: DataFrame, rank: Column, values: list[str]) -> DataFrame:
+        """Per upstream window (and ``wm_reason``) of ``candidates``: its live pane's columns (each a ``max_by``
+        over ``rank``: every column takes the same row, the last of the highest rank, as they share its ordering
+        buffer), the values null unless ``wm_live`` (accepted and no retraction), and the counters: ``wm_rows``
+        read, ``wm_max_t``, ``wm_inexact`` (rows whose packed rank does not fit)."""
+        assert self.spec.upstream is not None
+        identity = [*self.keys, "window_start", "window_end", "wm_reason", "wm_ts", "wm_te"]
+        if self.spec.upstream.accumulation is Accumulation.DISCARDING:
+            identity.append("pane_index")
+        others = [c for c in (*LIVE_META, *values) if c not in identity]
+        ranked = F.col("wm_rank")
+        grouped = (
+            candidates.select("*", rank.alias("wm_rank"))
+            .groupBy(*identity)
+            .agg(
+                *[F.max_by(c, ranked).alias(c) for c in others],
+                F.count("wm_read").alias("wm_rows"),
+                F.count(F.when(ranked.isNull(), 1)).alias("wm_inexact"),
             )
         )
-        return panes.unionByName(windows, allowMissingColumns=True)
+        reason = F.col("wm_reason")
+        is_live = reason.isNull() & ~F.col("retraction")
+        # the last time of the window, when a row of it was read (all of its rows have its window and reason)
+        read_valid = (F.col("wm_rows") > 0) & (reason.isNull() | (reason != LateReason.INVALID_WINDOW.value))
+        return grouped.select(
+            *self.keys,
+            "window_start",
+            "window_end",
+            *LIVE_META,
+            *[F.when(is_live, F.col(c)).alias(c) for c in values],  # no arithmetic on the others
+            "wm_reason",
+            "wm_ts",
+            "wm_te",
+            "wm_rows",
+            F.when(read_valid, F.col("window_end") - 1).alias("wm_max_t"),
+            "wm_inexact",
+            is_live.alias("wm_live"),
+        )
+
+    def _reads_every_value(self, values: list[str]) -> bool:
+        """Whether the spec's aggregates read every upstream value column (unknown for a SQL aggregate)."""
+        read = {a.column for a in self.spec.aggregates if isinstance(a, Aggregate)}
+        return not any(isinstance(a, SqlAggregate) for a in self.spec.aggregates) and read.issuperset(values)
+
+    def _window_columns(self) -> list[str]:
+        return [*self.partial_columns(), "wm_events", "wm_rows", *[r.value for r in ROLLUP_LATE_REASONS], "wm_max_t",
+                "wm_inexact"]  # fmt: skip
+
+    def write_live(
+        self, classified: DataFrame | None, live: DataFrame | None, horizon: int | None
+    ) -> tuple[DataFrame, dict[str, Any]] | None:
+        """:meth:`live_panes` materialised once (``localCheckpoint``: the live snapshot, the panes and the state
+        read it) and the live snapshot written, the run's totals (:meth:`rollup_totals`) observed while it is;
+        ``None`` when there is nothing to roll up. A run with a rank that does not fit a long starts over with the
+        struct rank (the snapshot is overwritten)."""
+        live_out = self.request.live_out
+        packed = True
+        while True:
+            planned = self.live_panes(classified, live, horizon, packed)
+            if planned is None:
+                return None
+            if live_out is None:
+                raise ValueError("a rollup's request needs live_out")
+            rolled = planned.localCheckpoint()  # one row per target window or live pane: read by three writes
+            totals = Observation("rollup")
+            self.live_after(rolled.observe(totals, *self.rollup_totals())).write.mode("overwrite").parquet(live_out)
+            row = totals.get
+            if not row["inexact"] or not packed:  # a struct rank always fits
+                return rolled, row
+            packed = False
 
     def rollup_totals(self) -> list[Column]:
-        """The run's totals from :meth:`live_panes`: ``rows`` read, one count per ``LateReason``, ``max_t``."""
-        reason = F.col("wm_reason")
+        """The run's totals from :meth:`live_panes`: ``rows`` read, one count per reason of
+        :data:`ROLLUP_LATE_REASONS`, ``max_t``, and ``inexact`` (rows whose packed rank does not fit)."""
         return [
-            F.coalesce(F.sum("wm_rows"), F.lit(0)).alias("rows"),
-            *[F.sum(F.when(reason == r.value, F.col("wm_rows"))).alias(r.value) for r in LateReason],
-            F.max("wm_max_t").alias("max_t"),  # null on invalid windows
+            F.coalesce(F.sum(_WINDOW + "wm_rows"), F.lit(0)).alias("rows"),
+            *[F.sum(_WINDOW + r.value).alias(r.value) for r in ROLLUP_LATE_REASONS],
+            F.max(_WINDOW + "wm_max_t").alias("max_t"),  # null on invalid windows
+            F.coalesce(F.sum(_WINDOW + "wm_inexact"), F.lit(0)).alias("inexact"),
         ]
 
     def fresh_windows(self, rolled: DataFrame) -> DataFrame:
-        """The target windows that got pane rows (from :meth:`live_panes`): the partials of their live panes and
-        ``wm_events``, the pane rows that landed in them (as :meth:`with_fresh_flags` takes them)."""
-        return rolled.where(F.col(f"{_WINDOW}wm_events").isNotNull()).select(
+        """The target windows that got accepted pane rows (from :meth:`live_panes`): the partials of their live
+        panes and ``wm_events``, the pane rows that landed in them (as :meth:`with_fresh_flags` takes them)."""
+        return rolled.where(F.col(f"{_WINDOW}wm_events") > 0).select(
             *self.keys,
             F.col("wm_ts").alias("window_start"),
             F.col("wm_te").alias("window_end"),
             *[F.col(_WINDOW + c).alias(c) for c in (*self.partial_columns(), "wm_events")],
         )
 
-    def live_after(self, rolled: DataFrame, horizon: int | None) -> DataFrame:
+    def live_after(self, rolled: DataFrame) -> DataFrame:
         """The live snapshot after the run (from :meth:`live_panes`): the live panes of the target windows still
-        open at ``horizon`` (``W - L``)."""
-        fixed = (*self.keys, "window_start", "window_end", *LIVE_META, *_PANE_COUNTERS)
+        open at the run's horizon."""
+        fixed = (*self.keys, "window_start", "window_end", *LIVE_META, "wm_ts", "wm_te", "wm_live")
         values = [c for c in rolled.columns if c not in fixed and not c.startswith(_WINDOW)]
-        kept = rolled.where(F.col("wm_live") & is_open(F.col("wm_te"), horizon))
-        return kept.select(*self.keys, "window_start", "window_end", *LIVE_META, *values)
+        return rolled.where(F.col("wm_live")).select(*self.keys, "window_start", "window_end", *LIVE_META, *values)
 
 
-_COUNTER_TYPES = (("wm_reason", "string"), ("wm_t", "long"), ("wm_read", "boolean"))
+def pane_rank(run: Column, index: Column, retraction: Column, read: Column, packed: bool = True) -> Column:
+    """:meth:`~airflow_provider_wm.core.windowing.UpstreamPane.rank` ``(run, pane_index, not retraction)``, then
+    ``read`` (a row read now beats a stored live pane), as one ordered value. ``packed``: a long, null when a part
+    does not fit (a run outside ``[-2**30, 2**30)``, an index outside ``[0, 2**30)``, a null retraction);
+    otherwise a struct (never null: Spark orders a struct's null fields first). Worked example: run 3, index 1,
+    no retraction, read now is ``3 * 2**32 + 1 * 4 + 2 + 1`` = 12884901895, above every rank of run 2."""
+    if not packed:
+        return F.struct(run.alias("run"), index.alias("index"), (~retraction).alias("kept"), read.alias("read"))
+    fits = run.between(-_RANK_LIMIT, _RANK_LIMIT - 1) & index.between(0, _RANK_LIMIT - 1) & retraction.isNotNull()
+    flags = F.when(retraction, 0).otherwise(2) + F.when(read, 1).otherwise(0)
+    return F.when(fits, run * F.lit(2**32) + index * F.lit(4) + flags)
+
+
+_RANK_LIMIT = 2**30
+"""A packed rank holds a run in ``[-2**30, 2**30)`` and a pane index in ``[0, 2**30)``: 63 bits with the flags."""
+ROLLUP_LATE_REASONS = (LateReason.INVALID_WINDOW, LateReason.TOO_LATE)
+"""The reasons a rollup's pane rows are quarantined for (:meth:`Rollup.classify_panes`)."""
+_COUNTER_TYPES = (("wm_reason", "string"), ("wm_read", "boolean"))
 """What a pane row read carries and a live pane does not (the union gives a live pane nulls)."""
-_PANE_COUNTERS = ("wm_reason", "wm_ts", "wm_te", "wm_rows", "wm_max_t", "wm_live")
-"""Per pane row of :meth:`Rollup.live_panes`, after the live pane's columns."""
+_COUNTERS = tuple(c for c, _ in _COUNTER_TYPES)
 _WINDOW = "wm_w_"
-"""The prefix of a target window's columns in :meth:`Rollup.live_panes` (apart from the panes' values)."""
+"""The prefix of a target window's columns in :meth:`Rollup.live_panes` (the live rows' values keep their names)."""

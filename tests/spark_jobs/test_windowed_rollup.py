@@ -1,0 +1,99 @@
+"""A rollup's pick of each upstream window's live pane on real Spark (``spark_jobs.windowed.rollup``): pane rows
+that are too late or carry no window never reach a SQL partial, and ranks that do not fit the packed long still
+pick the pane ``core.windowing`` picks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from airflow_provider_wm.core.windowing import (
+    Accumulation,
+    Aggregate,
+    AggregationSpec,
+    AggregationState,
+    SqlAggregate,
+    StoreWatermark,
+    UpstreamPane,
+    UpstreamPanes,
+    run_on_panes,
+)
+from airflow_provider_wm.core.windows import Tumbling, Window
+from tests.spark_jobs.test_windowed_aggregate import Pipeline, Rollup, core_rows
+
+PANE_SCHEMA = "window_start long, window_end long, k string, s long, pane string, pane_index long, retraction boolean"
+
+
+def write_upstream(spark, upstream: Pipeline, version: int, rows: list[tuple[Any, ...]]) -> None:
+    """``rows`` (:data:`PANE_SCHEMA`) as the upstream's panes of ``version``, the upstream at that version."""
+    frame = spark.createDataFrame(rows, PANE_SCHEMA).withColumn("wm_run", F.lit(version))
+    frame.write.mode("append").partitionBy("wm_run").parquet(str(upstream.base / "panes"))
+    upstream.version = version
+
+
+def roll_twice(spark, base: Path, spec: AggregationSpec, second: list[tuple[Any, ...]]) -> tuple[Rollup, dict]:
+    """A rollup over two upstream versions: ``[0, 10)``, ``[10, 20)`` and ``[20, 30)`` of ``a`` at version 1
+    (the watermark 20 fires and purges ``[0, 20)``), then ``second`` at version 2 (the watermark 40)."""
+    upstream = Pipeline(spark, base / "up", spec)
+    rollup = Rollup(spark, base / "rollup", spec, upstream)
+    first = [(0, 10, "a", 1, "ON_TIME", 0, False), (10, 20, "a", 2, "ON_TIME", 0, False)]
+    write_upstream(spark, upstream, 1, [*first, (20, 30, "a", 3, "ON_TIME", 0, False)])
+    rollup.roll(20)
+    write_upstream(spark, upstream, 2, second)
+    return rollup, rollup.roll(40)
+
+
+def test_too_late_and_windowless_panes_do_not_change_a_null_sensitive_sql_partial(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(20),
+        (
+            SqlAggregate("panes", "count(1)", "sum({partial})"),  # counts rows, null values or not
+            SqlAggregate("values", "collect_list(coalesce(s, -1))", "flatten(collect_list({partial}))",
+                         "array_sort({partial})"),
+        ),
+        ("k",), StoreWatermark("up"),
+        upstream=UpstreamPanes("up", Tumbling(10), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    accepted = [(30, 40, "a", 4, "ON_TIME", 0, False)]
+    too_late = [(0, 10, "a", 100, "LATE", 1, False), (10, 20, "a", 200, "LATE", 1, False)]
+    windowless = [(None, 40, "a", 300, "ON_TIME", 0, False)]
+    rollup, manifest = roll_twice(spark, tmp_path / "late", spec, [*accepted, *too_late, *windowless])
+    clean, clean_manifest = roll_twice(spark, tmp_path / "clean", spec, accepted)
+    assert (manifest["totals"]["too_late"], manifest["totals"]["invalid_window"]) == (2, 1)
+    assert clean_manifest["totals"]["too_late"] == clean_manifest["totals"]["invalid_window"] == 0
+    assert manifest["totals"]["panes"] == clean_manifest["totals"]["panes"]
+    assert rollup.panes() == clean.panes()
+    # [0, 20) fired with its two panes, [20, 40) with the stored live pane [20, 30) and the new one [30, 40)
+    assert [(p[1], p[3], p[4]) for p in rollup.panes()] == [(0, (2, [1, 2]), "ON_TIME"), (20, (2, [3, 4]), "ON_TIME")]
+
+
+def test_ranks_beyond_a_packed_long_pick_the_live_pane_core_picks(spark, tmp_path):
+    upstream_mode = Accumulation.ACCUMULATING_AND_RETRACTING
+    spec = AggregationSpec(
+        Tumbling(20), (Aggregate("s", "sum", "s"), Aggregate("panes", "count")), ("k",), StoreWatermark("up"),
+        early_firing=True, upstream=UpstreamPanes("up", Tumbling(10), upstream_mode),
+    )  # fmt: skip
+    big = 2**40  # a pane index no packed rank holds
+    runs = [
+        [(0, 10, "a", 1, "EARLY", big, False), (10, 20, "a", 7, "EARLY", 0, False)],
+        # the retraction of the stored live pane and its successor; a pane of a window read for the first time
+        [(0, 10, "a", 1, "LATE", big, True), (0, 10, "a", 5, "ON_TIME", big + 1, False)],
+    ]
+    upstream = Pipeline(spark, tmp_path / "up", spec)
+    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    state, results = AggregationState(), []
+    for version, (rows, source) in enumerate(zip(runs, [5, 25], strict=True), start=1):
+        write_upstream(spark, upstream, version, rows)
+        panes = [
+            UpstreamPane((k,), Window(start, end), {"s": s}, index, retraction, version)
+            for start, end, k, s, _, index, retraction in rows
+        ]
+        result = run_on_panes(spec, state, panes, source)
+        state = result.state
+        results.append(result)
+        manifest = rollup.roll(source)
+        assert manifest["totals"]["panes"] == result.pane_counts(), version
+    assert rollup.panes() == core_rows(spec, results)
+    assert [p[3] for p in rollup.panes() if p[4] == "ON_TIME"] == [(12, 2)]
