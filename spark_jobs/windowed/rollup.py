@@ -162,7 +162,8 @@ class Rollup(Events):
                 F.max("wm_max_t").alias("wm_max_t"),
                 F.sum("wm_inexact").alias("wm_inexact"),
             )
-            .where(F.col("wm_rows") > 0)  # not the windows of stored live panes only
+            # not the windows of stored live panes only, unless one's rank does not fit: its count starts the rerun
+            .where((F.col("wm_rows") > 0) | (F.col("wm_inexact") > 0))
             .select(*keys, "wm_ts", "wm_te", *[F.col(c).alias(_WINDOW + c) for c in self._window_columns()])
         )
         open_rows = is_open(F.col("wm_te"), horizon)

@@ -1,5 +1,5 @@
 """A rollup's pick of each upstream window's live pane on real Spark (``spark_jobs.windowed.rollup``): pane rows
-that are too late or carry no window never reach a SQL partial, and ranks that do not fit the packed long still
+that are too late or carry no window never change a SQL partial, and ranks that do not fit the packed long still
 pick the pane ``core.windowing`` picks."""
 
 from __future__ import annotations
@@ -97,3 +97,28 @@ def test_ranks_beyond_a_packed_long_pick_the_live_pane_core_picks(spark, tmp_pat
         assert manifest["totals"]["panes"] == result.pane_counts(), version
     assert rollup.panes() == core_rows(spec, results)
     assert [p[3] for p in rollup.panes() if p[4] == "ON_TIME"] == [(12, 2)]
+
+
+def test_a_stored_live_pane_whose_rank_does_not_fit_survives_runs_that_read_other_windows(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(20), (Aggregate("s", "sum", "s"), Aggregate("panes", "count")), ("k",), StoreWatermark("up"),
+        early_firing=True, upstream=UpstreamPanes("up", Tumbling(10), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    runs = [
+        [(0, 10, "a", 1, "EARLY", 2**40, False)],
+        [(20, 30, "a", 2, "EARLY", 0, False)],  # another target window only: [0, 10)'s live pane is only stored
+        [(10, 20, "a", 3, "EARLY", 0, False)],  # [0, 20) again: its sum needs the stored live pane of [0, 10)
+    ]
+    upstream = Pipeline(spark, tmp_path / "up", spec)
+    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    state, results = AggregationState(), []
+    for version, rows in enumerate(runs, start=1):
+        write_upstream(spark, upstream, version, rows)
+        panes = [UpstreamPane((k,), Window(start, end), {"s": s}, index, retraction, version)
+                 for start, end, k, s, _, index, retraction in rows]  # fmt: skip
+        result = run_on_panes(spec, state, panes, 5)
+        state = result.state
+        results.append(result)
+        rollup.roll(5)
+    assert rollup.panes() == core_rows(spec, results)
+    assert (4, 2) in [p[3] for p in rollup.panes()]  # [0, 20) fired with both upstream windows
