@@ -38,6 +38,7 @@ from pyspark.sql import functions as F
 from timing import compare, write_results
 
 from airflow_provider_wm.contracts import ControllerRequest
+from airflow_provider_wm.contracts.jobs import CLASSIC_CONF
 from spark_jobs.controller import run as run_round
 
 T0 = 1_767_225_600_000
@@ -147,6 +148,7 @@ def main() -> None:
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(map=CLASSIC_CONF)  # as the operators submit the jobs
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

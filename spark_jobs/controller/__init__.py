@@ -10,11 +10,12 @@ Plan, chosen so that the marks are scanned once in the common case:
    (min/max time, min/max offset, min/max report time, mark count). The result has one row per writer
    and segment, so everything after it is small.
 2. *One row per writer.* A second aggregation of those aggregates together with the stored writers (a
-   union, not a join) gives each writer's next state, participation and round figures, and the checks: a
-   writer whose marks might be rejected (earliest time below its stored time, lowest offset below a stored
-   offset, unknown segment, shutdown of an unknown writer) is a suspect. For every other writer, all sane
+   union, not a join; in one task, with no shuffle of its own) gives each writer's next state,
+   participation and round figures, and the checks: a writer whose marks might be rejected (earliest time
+   below its stored time, lowest offset below a stored offset, unknown segment, shutdown of an unknown
+   writer) is a suspect. For every other writer, all sane
    marks are accepted, and the aggregates are exactly what the rules need. This frame is checkpointed.
-3. *Verdicts.* One aggregation of the previous streams' state and the writers' rows gives every
+3. *Verdicts.* One aggregation (one task) of the previous streams' state and the writers' rows gives every
    watermark's verdict, the highest offset per segment and the checks per watermark, collected at once; the
    driver completes the cut with ``core.segments.upper_bound`` and ``complete_cut`` (streams x segments
    rows).
@@ -35,8 +36,9 @@ Spark actions are the fixed cost of a small round (a few hundred milliseconds ea
 Spark Connect), so each one is accounted for: a round with no sequenced and no bad mark runs six (the
 segments, one count over the report-time and progress columns, the writers' rows, the verdicts, the writers'
 state, the streams' state), besides reading the schema of each dataset; the exact path, gap-free progress and
-a previous progress state add their own. Spark runs each shuffle of an action as a job of its own: fifteen
-jobs in a steady round (``bench/controller_watermark.py``).
+a previous progress state add their own. Spark runs each shuffle of an action as a job of its own, so the
+frames of one row per writer (or fewer) are aggregated and joined in one task instead: twelve jobs in a steady
+round (``bench/controller_watermark.py``).
 
 Outputs: the next controller state (``writers/``, ``streams/`` Parquet), the quarantine of bad and
 rejected marks with a ``reason``, and ``manifest.json`` written atomically last.

@@ -18,7 +18,8 @@ from airflow_provider_wm.core.controller import (
     Quarantine,
     Rejection,
 )
-from spark_jobs.controller.marks import aggregate_marks, nullable_key, row_local_reason
+from airflow_provider_wm.core.segments import Segment
+from spark_jobs.controller.marks import aggregate_marks, known_segments, nullable_key, row_local_reason
 from spark_jobs.controller.progress import Progress
 from spark_jobs.controller.schemas import DEFERRED, KEYS, MARKS_SCHEMA, SHUTDOWN, STREAM_KEYS, VALUE
 
@@ -53,14 +54,16 @@ def time_goes_back(stored_time: Column, time: Column) -> Column:
     return F.coalesce(time < stored_time, F.lit(False))
 
 
-def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: DataFrame) -> DataFrame:
-    """Each candidate mark with its final ``reason`` (null: accepted). Uses joins and a higher-order
-    function, so it only runs on bad rows and suspect writers' marks."""
-    known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
+def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: dict[str, dict[int, Segment]]) -> DataFrame:
+    """Each candidate mark with its final ``reason`` (null: accepted). Uses a join and a higher-order
+    function, so it only runs on bad rows and suspect writers' marks. The valid segments are a literal
+    (:func:`~spark_jobs.controller.marks.known_segments`), not a join: no Spark job of their own."""
     stored = writers0.select(
         *KEYS, F.col("time_ms").alias("stored_time_ms"), F.col("position").alias("stored_position")
     )
-    rows = candidates.join(F.broadcast(known), "stream", "left").join(F.broadcast(stored), KEYS, "left")
+    rows = candidates.withColumn("known_segments", F.element_at(known_segments(segments), F.col("stream"))).join(
+        F.broadcast(stored), KEYS, "left"
+    )
     value = F.col("tag") == VALUE
     unknown_segment = (
         F.size(
@@ -152,7 +155,7 @@ def accept_exactly(
     groups: DataFrame,
     flags: Flags,
     writers0: DataFrame,
-    segments: DataFrame,
+    segments: dict[str, dict[int, Segment]],
     quarantine_path: str,
     progress_bad: DataFrame | None,
     fast: Accepted,

@@ -45,7 +45,8 @@ def writer_rounds(
 ) -> DataFrame:
     """One row per writer with marks in the round or a stored state: its next state, its round's figures, and
     the checks that decide whether the fast path holds, from one aggregation of the round's aggregates and the
-    stored writers (a union, so no join and no second shuffle).
+    stored writers: a union, so no join, aggregated in one task with no shuffle of its own. Both are one row
+    per writer (and segment), small next to the marks, and Spark runs each shuffle as a Spark job of its own.
 
     State (as ``core.controller``): the largest accepted time counts; the position is the segments of the marks
     at that time, each at the round's highest offset; the last event (shutdown wins a tie) decides whether the
@@ -73,6 +74,7 @@ def writer_rounds(
     with_segment = value & F.col("segment_id").isNotNull()
     per_writer = (
         groups.unionByName(stored, allowMissingColumns=True)
+        .coalesce(1)  # one task: no shuffle of its own (see above)
         .groupBy(*KEYS)
         .agg(
             F.max(F.when(value, F.col("max_time_ms"))).alias("new_time_ms"),
@@ -129,7 +131,10 @@ def writer_rounds(
     participating = F.col("wm_lower_ms").isNull() | (F.col("time_ms") > F.col("wm_lower_ms"))
     since = F.coalesce("stored_lagging_since_ms", now)
     return (
-        per_writer.join(F.broadcast(streams0.select(*STREAM_KEYS, "wm_lower_ms")), STREAM_KEYS, "left")
+        # the streams' state (one row per watermark) joins in the same task: a broadcast is a Spark job of its own
+        per_writer.join(
+            streams0.select(*STREAM_KEYS, "wm_lower_ms").coalesce(1).hint("shuffle_hash"), STREAM_KEYS, "left"
+        )
         .select(
             *KEYS,
             time_ms.alias("time_ms"),
@@ -175,7 +180,8 @@ def stream_results(
 
     A watermark is one of the previous state, of a writer with a sane mark (``rounds``' seen ones and
     ``seen``), or of a counted bad mark (``reason_keys``). Each source is a kind of row in one union,
-    aggregated once (one shuffle), where a join per source would cost a Spark job each.
+    aggregated once in one task (the rows are one per writer and one per segment of its position at most, so
+    no shuffle of their own), where a join per source would cost a Spark job each.
     """
     now = F.lit(now_ms)
     with_reasons = spark.createDataFrame(list(reason_keys), "stream string, wm_key string")
@@ -209,7 +215,8 @@ def stream_results(
     for frame in seen:
         rows = rows.unionByName(frame.select(*STREAM_KEYS, listed, F.col("writer_id").alias("seen")), True)
     decided = (
-        rows.groupBy(*STREAM_KEYS, "segment_id")
+        rows.coalesce(1)  # one task, no shuffle of its own (see above)
+        .groupBy(*STREAM_KEYS, "segment_id")
         .agg(
             F.max("listed").alias("listed"),
             F.max("first_mark_at_ms").alias("first_mark_at_ms"),

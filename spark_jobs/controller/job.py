@@ -70,7 +70,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     state; each extra is named where it is spent."""
     started = time.time()
     size_shuffles(spark)
-    segments, segments_by_stream, invalid_segments = read_segments(spark, request.segments_path)
+    segments_by_stream, invalid_segments = read_segments(spark, request.segments_path)
     writers0 = read_state(spark, request.state_in, "writers", WRITERS_STATE_SCHEMA)
     streams0 = read_state(spark, request.state_in, "streams", STREAMS_STATE_SCHEMA)
     origins0 = read_state(spark, request.state_in, "origins", ORIGINS_STATE_SCHEMA)
@@ -87,7 +87,6 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             marks.where(in_round(request.now_ms, request.processed_until_ms)).where(sequenced_in_round(request)),
             origins0 if origins0 is not None else with_key(empty_frame(spark, ORIGINS_STATE_SCHEMA)),
             pending0 if pending0 is not None else with_key(empty_frame(spark, PENDING_STATE_SCHEMA)),
-            segments,
             segments_by_stream,
         )
     # one scan of the marks: the plain ones and the sequenced ones released by dense origins
@@ -137,7 +136,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     flags = round_flags([r for r in collected if r["segment_id"] is None])
     if flags.exact:  # some marks are decided one by one: the writers and verdicts from the exact aggregates
         accepted = accept_exactly(
-            spark, tagged, groups, flags, writers0, segments, quarantine_path, progress_bad, accepted
+            spark, tagged, groups, flags, writers0, segments_by_stream, quarantine_path, progress_bad, accepted
         )
         assert accepted.groups is not None
         rounds = per_writer(accepted.groups)

@@ -83,8 +83,9 @@ def nullable_key() -> Column:
     return F.when(F.col("wm_key") != "", F.col("wm_key")).alias("wm_key")
 
 
-def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, dict[int, Segment]], int]:
-    """Valid segments as a frame and per stream, and how many segment rows were invalid.
+def read_segments(spark: SparkSession, path: str) -> tuple[dict[str, dict[int, Segment]], int]:
+    """Valid segments per stream (kept on the driver: the job uses them as literals), and how many segment
+    rows were invalid.
 
     Segments are few (a stream has tens to thousands), so they are collected and validated by the reference
     (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
@@ -111,23 +112,24 @@ def read_segments(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, 
     for stream, segment_id in conflicting:
         invalid += sum(1 for r in rows if (r["stream"], r["segment_id"]) == (stream, segment_id))
         del by_stream[stream][segment_id]
-    frame = spark.createDataFrame(
-        [(stream, s.segment_id, s.key_start, s.key_end) for stream, segs in by_stream.items() for s in segs.values()],
-        SEGMENTS_SCHEMA,
-    )
-    return frame, by_stream, invalid
+    return by_stream, invalid
 
 
 def known_segments(segments: dict[str, dict[int, Segment]]) -> Column:
     """The valid segment ids per stream as a literal ``map<stream, array<segment_id>>``: the segments are on
     the driver already (:func:`read_segments`), and a literal costs no Spark job
-    where a broadcast join would cost one."""
-    entries = [
-        part
-        for stream, by_id in sorted(segments.items())
-        for part in (F.lit(stream), F.array(*[F.lit(i) for i in sorted(by_id)]).cast(ArrayType(LongType())))
-    ]
-    return F.create_map(*entries).cast(MapType(StringType(), ArrayType(LongType())))
+    where a broadcast join would cost one.
+
+    A stream's ids are one string literal split and cast (``"0,1,4294967328"`` -> ``[0, 1, 4294967328]``),
+    which the optimizer folds into a constant: a literal per id would cost a few Py4J round trips each in a
+    classic session (over a thousand for 4 streams of 64 segments), more than the Spark jobs of a small round.
+    """
+    ids_type = ArrayType(LongType())
+    entries: list[Column] = []
+    for stream, by_id in sorted(segments.items()):
+        ids = ",".join(str(i) for i in sorted(by_id))
+        entries += [F.lit(stream), F.split(F.lit(ids), ",").cast(ids_type) if ids else F.array().cast(ids_type)]
+    return F.create_map(*entries).cast(MapType(StringType(), ids_type))
 
 
 def is_known(known: Column, segment_id: Column) -> Column:

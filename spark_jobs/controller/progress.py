@@ -19,7 +19,7 @@ from airflow_provider_wm.core.controller import (
 )
 from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from airflow_provider_wm.core.segments import Segment
-from spark_jobs.controller.marks import invalid_key, nullable_key, row_local_reason
+from spark_jobs.controller.marks import invalid_key, is_known, known_segments, nullable_key, row_local_reason
 from spark_jobs.controller.schemas import (
     KEYS,
     MARKS_SCHEMA,
@@ -49,8 +49,7 @@ def advance_origins(
     sequenced: DataFrame,
     origins0: DataFrame,
     pending0: DataFrame,
-    segments: DataFrame,
-    segments_by_stream: dict[str, dict[int, Segment]],
+    segments: dict[str, dict[int, Segment]],
 ) -> Progress:
     """``core.progress.advance`` for every origin with marks in the round.
 
@@ -142,7 +141,9 @@ def sequence_reason() -> Column:
     )
 
 
-def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> DataFrame:
+def origin_decisions(
+    sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: dict[str, dict[int, Segment]]
+) -> DataFrame:
     """Per origin with marks in the round: ``dense`` (see :func:`advance_origins`), its committed sequence,
     when dense the end of its gap-free prefix, and ``arrivals_wait``: a mark of the round has a number past
     that end (it waits in the pending state).
@@ -153,17 +154,18 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     duplicate; the prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011``
     -> 5. The checks of a mark's stream, key and writer are made once per origin, those of its position
     (offsets, unknown segments) on its exploded positions in the same aggregation, where they are scalar
-    comparisons and a broadcast join.
+    comparisons and a lookup in the segments' literal (:func:`~spark_jobs.controller.marks.known_segments`; a
+    broadcast join would be a Spark job of its own).
     """
     committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
     committed = F.broadcast(origins0.select(*ORIGIN_KEYS, "committed_seq"))
     lone = (F.col("chunk") == 1) & F.col("last_chunk")
     valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
     clean = row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
-    known = F.broadcast(segments.select("stream", "segment_id", F.lit(True).alias("known")))
+    known = is_known(known_segments(segments), F.col("segment_id"))
     # one row per mark and segment (one for a mark without any); its first row counts the mark, and a later
     # one is kept only when its segment or offset is bad (else it adds nothing the first row does not)
-    good_position = F.col("segment_id").isNull() | (F.col("known").isNotNull() & (F.col("offset") >= 0))
+    good_position = F.col("segment_id").isNull() | (known & (F.col("offset") >= 0))
     first_row = F.col("pos").isNull() | (F.col("pos") == 0)
     arrivals = (
         sequenced.select(
@@ -172,7 +174,6 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
             clean.alias("clean"),
             F.posexplode_outer("position").alias("pos", "segment_id", "offset"),
         )
-        .join(known, ["stream", "segment_id"], "left")
         .where(first_row | ~F.coalesce(good_position, F.lit(False)))
         .select(
             *ORIGIN_KEYS,
@@ -246,7 +247,9 @@ def origin_decisions(sequenced: DataFrame, origins0: DataFrame, pending0: DataFr
     )
 
 
-def exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> Progress:
+def exact_origins(
+    sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: dict[str, dict[int, Segment]]
+) -> Progress:
     """The exact path: window functions in arrival order, for origins that are not dense.
 
     Arrival order is (pending first, report time, chunk, time); the first of duplicates is kept. The
@@ -263,10 +266,11 @@ def exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
 
 
-def _exact_origins(sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: DataFrame) -> Progress:
-    known = segments.groupBy("stream").agg(F.collect_set("segment_id").alias("known_segments"))
+def _exact_origins(
+    sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: dict[str, dict[int, Segment]]
+) -> Progress:
     checked = (
-        sequenced.join(F.broadcast(known), "stream", "left")
+        sequenced.withColumn("known_segments", F.element_at(known_segments(segments), F.col("stream")))
         .withColumn("reason", sequence_reason())
         .drop("known_segments")
         .withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
