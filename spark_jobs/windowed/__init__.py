@@ -37,6 +37,11 @@ materialised once (one row per target window that got rows, one per live pane of
 totals are observed while the live snapshot is written, and the panes and the state are read from the same
 checkpoint (merged with the stored windows when there are any).
 
+**No shuffle of its own for the merge.** For windows that do not merge, the stored windows are hash-partitioned as
+the partials leave their group-by, ``(keys, window_start)``; the union keeps that partitioning, so the events' and
+the state's shuffles run side by side and the merge runs in the checkpoint's stage. The state's schema is stored
+beside its files (``_wm_schema.json``, which Spark's listing skips), so reading the state starts no Spark job.
+
 Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
 or re-run task replaces its own rows. The state is written to a new folder per version.
 

@@ -198,6 +198,9 @@ class Events(JobBase):
             groups.append("wm_start")
             starts = F.col("wm_start")
             ends = F.lit(GLOBAL_END) if isinstance(window, Global) else F.col("wm_start") + F.lit(size)
+            # a row has a start only when accepted, so a group with a start is a group of accepted rows: the start is
+            # passed on as it is, and the partials stay hash-partitioned by (keys, window_start) (see combine)
+            is_accepted_group = F.col("wm_start").isNotNull()
         aggregated = frame.groupBy(*groups).agg(
             *self.partial_exprs(),
             F.count(F.lit(1)).alias("wm_events"),
@@ -207,10 +210,12 @@ class Events(JobBase):
             F.count(F.when(reason == LateReason.INVALID_ARRIVAL.value, 1)).alias("wm_invalid_arrival"),
             F.max(F.when(reason.isNull() | reason.isin(*TOO_LATE_REASONS), t)).alias("wm_max_t"),
         )
-        is_accepted_group = F.col("wm_too_late") + F.col("wm_invalid") + F.col("wm_invalid_arrival") == 0
+        if isinstance(window, Session):
+            is_accepted_group = F.col("wm_too_late") + F.col("wm_invalid") + F.col("wm_invalid_arrival") == 0
+            starts = F.when(is_accepted_group, starts)
         return aggregated.select(
             *self.keys,
-            F.when(is_accepted_group, starts.cast("long")).alias("window_start"),
+            starts.cast("long").alias("window_start"),
             F.when(is_accepted_group, ends.cast("long")).alias("window_end"),
             *self.partial_columns(),
             "wm_events",

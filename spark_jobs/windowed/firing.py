@@ -4,31 +4,68 @@ decide each window's firing, and build the panes (with retractions) and the next
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     Timing,
 )
+from airflow_provider_wm.documents import read_document, write_document
 from spark_jobs.common import path_exists
 from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open
 from spark_jobs.windowed.rollup import Rollup
+
+STATE_SCHEMA = "_wm_schema.json"
+"""Beside a state's Parquet files: their schema (Spark's listing skips names starting with ``_``)."""
+
+
+def state_schema_url(state: str) -> str:
+    return f"{state.rstrip('/')}/{STATE_SCHEMA}"
+
+
+def write_state(state: DataFrame, path: str) -> None:
+    """Write the next state (replacing ``path``), then its schema beside it: the next run reads the state without
+    a Spark job to infer the schema. Written as a read of the files infers it (every field nullable), so both
+    reads see one schema."""
+    state.write.mode("overwrite").parquet(path)
+    write_document(state_schema_url(path), _nullable(state.schema).jsonValue())
+
+
+def _nullable(data_type: DataType) -> Any:
+    """``data_type`` with every field, element and value nullable (what Spark reads back from Parquet)."""
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type
 
 
 class Firing(Rollup):
     """Combining, firing and purging windows."""
 
     def read_state(self) -> DataFrame | None:
+        """The stored windows of ``state_in``, or ``None``. Read with the schema stored beside them
+        (:func:`write_state`), so no Spark job infers it from a file footer; a state written before that is
+        inferred (and one written before count triggers has ``dirty`` for ``pending``)."""
         state_in = self.request.state_in
-        if not state_in or not path_exists(self.spark, state_in):
+        if not state_in:
             return None
-        state = self.spark.read.parquet(state_in)
-        if "dirty" in state.columns and "pending" not in state.columns:  # written before count triggers
-            state = state.withColumn("dirty", F.col("dirty").cast("long")).withColumnRenamed("dirty", "pending")
-            state = state.select(*[c for c in state.columns if c not in STATE_FLAGS], *STATE_FLAGS)
+        stored = read_document(state_schema_url(state_in))
+        if stored is not None:
+            state = self.spark.read.schema(StructType.fromJson(stored)).parquet(state_in)
+        elif not path_exists(self.spark, state_in):
+            return None
+        else:
+            state = self.spark.read.parquet(state_in)
+            if "dirty" in state.columns and "pending" not in state.columns:  # written before count triggers
+                state = state.withColumn("dirty", F.col("dirty").cast("long")).withColumnRenamed("dirty", "pending")
+                state = state.select(*[c for c in state.columns if c not in STATE_FLAGS], *STATE_FLAGS)
         expected = [*self.keys, "window_start", "window_end", *self.partial_columns(), *STATE_FLAGS]
         if state.columns != expected:
             raise ValueError(

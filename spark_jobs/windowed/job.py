@@ -26,7 +26,7 @@ from spark_jobs.windowed.base import (
     checkpoint_with_totals,
     run_totals,
 )
-from spark_jobs.windowed.firing import Firing
+from spark_jobs.windowed.firing import Firing, write_state
 from spark_jobs.windowed.rollup import ROLLUP_LATE_REASONS
 
 
@@ -111,6 +111,11 @@ class Job(Firing):
                 # merged with the stored windows before the checkpoint, the run's counters carried per window: the
                 # totals and both writes read one checkpoint, and the partials' group-by and the merge's shuffle
                 # run in one pass (the windows: one row per open window or window of the run)
+                if not self.spec.output_window.merging:
+                    # hash-partitioned as the partials come out of their group-by, (keys, window_start): the union
+                    # keeps that partitioning, so the merge's group-by needs no shuffle of its own (the state's and
+                    # the events' shuffles run side by side, and the merge runs with the checkpoint's write)
+                    state = state.repartition(*self.keys, "window_start")
                 merged = self.combine(self.with_fresh_flags(partials, RUN_COUNTERS), state, RUN_COUNTERS)
                 checkpoint, observed = checkpoint_with_totals(merged, *run_totals())
                 windows = checkpoint.where(F.col("window_start").isNotNull()).drop(*RUN_COUNTERS)
@@ -153,7 +158,7 @@ class Job(Firing):
             F.count(F.lit(1)).alias("windows"),
             F.count(F.when(F.col("wm_purged"), 1)).alias("purged"),
         )
-        self.next_state(counted).write.mode("overwrite").parquet(request.state_out)
+        write_state(self.next_state(counted), request.state_out)
         return fired_counts.get
 
     def _fired_hours(self) -> list[int]:

@@ -6,8 +6,10 @@ valid range (``core.times``), which no window kind may overflow on."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import random
+import shutil
 import zlib
 from collections import Counter
 from dataclasses import replace
@@ -18,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from airflow_provider_wm.core.times import MAX_TIME_MS, is_valid_time_ms
 from airflow_provider_wm.core.windowing import (
@@ -483,6 +486,23 @@ def test_a_state_written_before_count_triggers_is_read_with_one_pending_event_pe
     state = run(replace(spec, early_firing=False), state, events[1:], 0).state
     expected = run(spec, state, [], 20)
     assert pipeline.panes(3) == core_rows(spec, [expected])
+
+
+def test_the_state_is_read_with_the_schema_stored_beside_it_and_one_without_it_is_inferred_alike(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), SUM_V, ("k",), StoreWatermark("s"), early_firing=True)
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.run([("a", 1, 1), ("b", 12, 5)], source=5)
+    state = Path(pipeline.state)
+    stored = StructType.fromJson(json.loads((state / "_wm_schema.json").read_text()))
+    assert stored == spark.read.parquet(str(state)).schema  # what a read of the files infers
+    with_schema = pipeline.run([("a", 6, 2), ("b", 14, 1)], source=20, commit=False)
+    panes = pipeline.panes(2)
+    shutil.copytree(state, tmp_path / "inferred", ignore=shutil.ignore_patterns("_wm_schema.json"))
+    pipeline.state = str(tmp_path / "inferred")  # as a state written before schemas were stored beside it
+    inferred = pipeline.run([], source=20, arrival=2)  # the same run again, from that state
+    assert panes == pipeline.panes(2)
+    assert [p[:4] for p in panes] == [(("a",), 0, 10, (3,)), (("b",), 10, 20, (6,))]
+    assert inferred["totals"] == with_schema["totals"]
 
 
 # -------------------------------------------------------------------------------- rollups (propagation)
