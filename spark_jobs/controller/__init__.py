@@ -10,7 +10,8 @@ Plan, chosen so that the marks are scanned once in the common case:
    (min/max time, min/max offset, min/max report time, mark count). The result has one row per writer
    and segment, so everything after it is small.
 2. *One row per writer.* A second aggregation of those aggregates together with the stored writers (a
-   union, not a join; in one task, with no shuffle of its own) gives each writer's next state,
+   union, not a join; in one task with no shuffle of its own for a round of at most ``SINGLE_TASK_MARKS``
+   marks) gives each writer's next state,
    participation and round figures, and the checks: a writer whose marks might be rejected (earliest time
    below its stored time, lowest offset below a stored offset, unknown segment, shutdown of an unknown
    writer) is a suspect. For every other writer, all sane

@@ -35,6 +35,18 @@ from spark_jobs.controller.schemas import (
 __all__ = ["read_state", "stream_results", "writer_rounds"]
 
 
+SINGLE_TASK_MARKS = 2_000_000
+"""The most marks a round may have for its per-writer and per-watermark aggregations to run in one task each
+(``coalesce(1)``: no shuffle, so no Spark job of their own). That task also merges the scan tasks' partial
+aggregates and reads the stored state, so its rows grow with the marks; a larger round shuffles them over the
+session's partitions instead (one more Spark job each)."""
+
+
+def in_one_task(frame: DataFrame, single_task: bool) -> DataFrame:
+    """``frame`` in one partition when ``single_task`` (:data:`SINGLE_TASK_MARKS`), else as it is."""
+    return frame.coalesce(1) if single_task else frame
+
+
 def writer_rounds(
     groups: DataFrame,
     writers0: DataFrame,
@@ -42,11 +54,14 @@ def writer_rounds(
     segments: dict[str, dict[int, Segment]],
     now_ms: int,
     writer_timeout_ms: int,
+    *,
+    single_task: bool = True,
 ) -> DataFrame:
     """One row per writer with marks in the round or a stored state: its next state, its round's figures, and
     the checks that decide whether the fast path holds, from one aggregation of the round's aggregates and the
-    stored writers: a union, so no join, aggregated in one task with no shuffle of its own. Both are one row
-    per writer (and segment), small next to the marks, and Spark runs each shuffle as a Spark job of its own.
+    stored writers: a union, so no join, aggregated in one task with no shuffle of its own (``single_task``, for
+    a round of at most :data:`SINGLE_TASK_MARKS` marks). Both are one row per writer (and segment), small next
+    to the marks, and Spark runs each shuffle as a Spark job of its own.
 
     State (as ``core.controller``): the largest accepted time counts; the position is the segments of the marks
     at that time, each at the round's highest offset; the last event (shutdown wins a tie) decides whether the
@@ -73,8 +88,7 @@ def writer_rounds(
     )
     with_segment = value & F.col("segment_id").isNotNull()
     per_writer = (
-        groups.unionByName(stored, allowMissingColumns=True)
-        .coalesce(1)  # one task: no shuffle of its own (see above)
+        in_one_task(groups.unionByName(stored, allowMissingColumns=True), single_task)
         .groupBy(*KEYS)
         .agg(
             F.max(F.when(value, F.col("max_time_ms"))).alias("new_time_ms"),
@@ -131,9 +145,11 @@ def writer_rounds(
     participating = F.col("wm_lower_ms").isNull() | (F.col("time_ms") > F.col("wm_lower_ms"))
     since = F.coalesce("stored_lagging_since_ms", now)
     return (
-        # the streams' state (one row per watermark) joins in the same task: a broadcast is a Spark job of its own
+        # in one task, the streams' state (one row per watermark) joins in it: a broadcast is a Spark job of its own
         per_writer.join(
-            streams0.select(*STREAM_KEYS, "wm_lower_ms").coalesce(1).hint("shuffle_hash"), STREAM_KEYS, "left"
+            in_one_task(streams0.select(*STREAM_KEYS, "wm_lower_ms"), single_task).hint("shuffle_hash"),
+            STREAM_KEYS,
+            "left",
         )
         .select(
             *KEYS,
@@ -171,6 +187,8 @@ def stream_results(
     reason_keys: Sequence[tuple[str, str]],
     now_ms: int,
     initial_delay_ms: int,
+    *,
+    single_task: bool = True,
 ) -> DataFrame:
     """Per watermark (stream and key, ``segment_id`` null): its figures and its status (EMITTED or why not),
     with the previous watermark, and the fast path's checks of its writers (``suspects``, ``bad_name``,
@@ -180,8 +198,8 @@ def stream_results(
 
     A watermark is one of the previous state, of a writer with a sane mark (``rounds``' seen ones and
     ``seen``), or of a counted bad mark (``reason_keys``). Each source is a kind of row in one union,
-    aggregated once in one task (the rows are one per writer and one per segment of its position at most, so
-    no shuffle of their own), where a join per source would cost a Spark job each.
+    aggregated once, in one task for a round of at most :data:`SINGLE_TASK_MARKS` marks (``single_task``: no
+    shuffle of its own), where a join per source would cost a Spark job each.
     """
     now = F.lit(now_ms)
     with_reasons = spark.createDataFrame(list(reason_keys), "stream string, wm_key string")
@@ -215,7 +233,7 @@ def stream_results(
     for frame in seen:
         rows = rows.unionByName(frame.select(*STREAM_KEYS, listed, F.col("writer_id").alias("seen")), True)
     decided = (
-        rows.coalesce(1)  # one task, no shuffle of its own (see above)
+        in_one_task(rows, single_task)
         .groupBy(*STREAM_KEYS, "segment_id")
         .agg(
             F.max("listed").alias("listed"),

@@ -35,7 +35,7 @@ from spark_jobs.controller.acceptance import (
     write_progress_quarantine,
 )
 from spark_jobs.controller.cut import emitted_cuts
-from spark_jobs.controller.emission import read_state, stream_results, writer_rounds
+from spark_jobs.controller.emission import SINGLE_TASK_MARKS, read_state, stream_results, writer_rounds
 from spark_jobs.controller.marks import (
     aggregate_marks,
     count_marks,
@@ -94,10 +94,17 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     if progress is not None:
         tagged = tagged.unionByName(progress.released.withColumn("tag", F.lit(VALUE)))
     groups = aggregate_marks(tagged)
+    single_task = processed_marks <= SINGLE_TASK_MARKS
 
     def per_writer(aggregates: DataFrame) -> DataFrame:
         rounds = writer_rounds(
-            aggregates, writers0, streams0, segments_by_stream, request.now_ms, request.writer_timeout_ms
+            aggregates,
+            writers0,
+            streams0,
+            segments_by_stream,
+            request.now_ms,
+            request.writer_timeout_ms,
+            single_task=single_task,
         )
         return rounds.localCheckpoint()  # one row per writer, read by the verdicts and the writers' state
 
@@ -106,7 +113,14 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             (r["stream"], r["wm_key"] or "") for r in accepted.reason_counts if r["reason"] not in UNREPORTED
         ]
         results = stream_results(
-            spark, streams0, rounds, accepted.seen, reason_keys, request.now_ms, request.initial_delay_ms
+            spark,
+            streams0,
+            rounds,
+            accepted.seen,
+            reason_keys,
+            request.now_ms,
+            request.initial_delay_ms,
+            single_task=single_task,
         )
         is_emitted = F.col("status") == StreamStatus.EMITTED.value
         return results.select(

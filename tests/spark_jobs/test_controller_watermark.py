@@ -24,6 +24,7 @@ from airflow_provider_wm.core.controller import (
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.controller import run
+from spark_jobs.controller.emission import SINGLE_TASK_MARKS
 from tests.factories import (
     E1,
     ROUND_1,
@@ -178,8 +179,12 @@ def test_a_plain_and_a_sequenced_mark_quarantined_for_the_same_reason_both_count
     assert results[1][1]["streams"]["s"]["quarantined"] == {"INVALID_TIME_VALUE": 2}
 
 
-def test_keyed_marks_give_one_watermark_per_key_like_the_reference(spark, tmp_path):
-    """Each key is a watermark of its own; ``eu`` lagging holds back neither ``us`` nor the unkeyed one."""
+@pytest.mark.parametrize("single_task", [True, False], ids=["one_task", "shuffled"])
+def test_keyed_marks_give_one_watermark_per_key_like_the_reference(spark, tmp_path, monkeypatch, single_task):
+    monkeypatch.setattr("spark_jobs.controller.job.SINGLE_TASK_MARKS", SINGLE_TASK_MARKS if single_task else 0)
+    """Each key is a watermark of its own; ``eu`` lagging holds back neither ``us`` nor the unkeyed one. The same
+    with the per-writer and per-watermark aggregations in one task and shuffled (a round above
+    ``SINGLE_TASK_MARKS``)."""
     config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
     first = [
         mark("w1", 100, {0: 10}, wm_key="eu"),
@@ -201,7 +206,9 @@ def test_keyed_marks_give_one_watermark_per_key_like_the_reference(spark, tmp_pa
     assert m2["streams"]["s:eu"]["status"] == StreamStatus.WAITING_FOR_WRITERS
 
 
-def test_writer_timeout_and_shutdown_match_the_reference(spark, tmp_path):
+@pytest.mark.parametrize("single_task", [True, False], ids=["one_task", "shuffled"])
+def test_writer_timeout_and_shutdown_match_the_reference(spark, tmp_path, monkeypatch, single_task):
+    monkeypatch.setattr("spark_jobs.controller.job.SINGLE_TASK_MARKS", SINGLE_TASK_MARKS if single_task else 0)
     config = ControllerConfig(writer_timeout_ms=3_000, initial_delay_ms=0)
     later = [
         mark("w1", 300, {0: 300}, reported_at_ms=3_000),
