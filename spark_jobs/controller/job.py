@@ -79,7 +79,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     streams0 = streams0 if streams0 is not None else with_key(empty_frame(spark, STREAMS_STATE_SCHEMA))
 
     marks = read_marks(spark, request.marks_path)
-    late, processed_marks, has_sequenced, deferred = count_marks(marks, request)
+    late, processed_marks, has_sequenced, deferred, round_size = count_marks(marks, request)
     progress = None
     if has_sequenced:  # gap-free progress: jobs of its own, only for rounds with sequenced marks
         progress = advance_origins(
@@ -94,7 +94,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     if progress is not None:
         tagged = tagged.unionByName(progress.released.withColumn("tag", F.lit(VALUE)))
     groups = aggregate_marks(tagged)
-    single_task = processed_marks <= SINGLE_TASK_MARKS
+    single_task = round_size <= SINGLE_TASK_MARKS
 
     def per_writer(aggregates: DataFrame) -> DataFrame:
         rounds = writer_rounds(

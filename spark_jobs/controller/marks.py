@@ -178,8 +178,9 @@ def invalid_key() -> Column:
     return (F.col("wm_key") != "") & ~F.col("wm_key").rlike(STREAM_NAME_REGEX)
 
 
-def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int, bool, int]:
-    """(late marks, marks reported up to now, whether the round has a sequenced mark, deferred marks) in one
+def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int, bool, int, int]:
+    """(late marks, marks reported up to now, whether the round has a sequenced mark, deferred marks, the round's
+    marks: :func:`in_round`) in one
     pass over the report-time and progress columns only, so the main scan can still skip old row groups. Late
     marks: see ``core.controller.late_marks``; deferred ones are reported after ``now_ms`` and wait for a later
     round (:func:`tag_marks`)."""
@@ -190,10 +191,11 @@ def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int,
         F.count(F.when(reported <= F.lit(request.now_ms), 1)).alias("total"),
         F.count(F.when(sequenced_in_round(request), 1)).alias("sequenced"),
         F.count(F.when(reported > F.lit(request.now_ms), 1)).alias("deferred"),
+        F.count(F.when(in_round(request.now_ms, request.processed_until_ms), 1)).alias("in_round"),
     ).first()
     assert row is not None
     late = 0 if request.processed_until_ms is None else max(0, int(row["past"]) - request.processed_marks)
-    return late, int(row["total"]), int(row["sequenced"]) > 0, int(row["deferred"])
+    return late, int(row["total"]), int(row["sequenced"]) > 0, int(row["deferred"]), int(row["in_round"])
 
 
 def sequenced_in_round(request: ControllerRequest) -> Column:
