@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_wm.hooks.spark_submit import SparkConnectionNotFound, WmSparkSubmitHook, job_application
+from airflow_provider_wm.hooks.spark_submit import (
+    CONNECT_CLIENT_VARIABLES,
+    SparkConnectionNotFound,
+    WmSparkSubmitHook,
+    job_application,
+)
 
 
 def test_a_local_master_runs_the_driver_with_this_interpreter_and_quiet_spark_logs(airflow_db, monkeypatch):
@@ -55,6 +60,8 @@ def test_jobs_are_submitted_with_dataframe_debugging_off_unless_the_operators_co
     airflow_db, monkeypatch, tmp_path
 ):
     monkeypatch.setenv("AIRFLOW_CONN_LOCAL_SPARK", '{"conn_type": "spark", "host": "local[1]"}')
+    for name in CONNECT_CLIENT_VARIABLES:  # as submit_application does: the worker may have opened a Connect session
+        monkeypatch.delenv(name, raising=False)
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
 
