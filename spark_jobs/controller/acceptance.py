@@ -187,7 +187,7 @@ def accept_exactly(
         .unionByName(aggregate_marks(accepted_exact))
     )
     sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
-    reason_counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # one row per watermark and reason
+    reason_counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # small: one row per watermark and reason
     return Accepted(
         groups_final, [decided.where(sane).select(*KEYS), *fast.seen], [*reason_counts, *fast.reason_counts]
     )

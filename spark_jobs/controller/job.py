@@ -187,7 +187,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             for r in spark.read.parquet(f"{request.state_out}/pending")
             .groupBy(*STREAM_KEYS)
             .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
-            .collect()  # one row per watermark with waiting sequences
+            .collect()  # small: one row per watermark with waiting sequences
         }
     manifest = _manifest(request, per_stream, accepted.reason_counts, deferred, invalid_segments, started)
     for label, entry in manifest["streams"].items():

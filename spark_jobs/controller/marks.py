@@ -192,7 +192,7 @@ def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int,
         F.count(F.when(sequenced_in_round(request), 1)).alias("sequenced"),
         F.count(F.when(reported > F.lit(request.now_ms), 1)).alias("deferred"),
         F.count(F.when(in_round(request.now_ms, request.processed_until_ms), 1)).alias("in_round"),
-    ).first()
+    ).first()  # small: one row of counts
     assert row is not None
     late = 0 if request.processed_until_ms is None else max(0, int(row["past"]) - request.processed_marks)
     return late, int(row["total"]), int(row["sequenced"]) > 0, int(row["deferred"]), int(row["in_round"])

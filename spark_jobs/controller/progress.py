@@ -73,7 +73,7 @@ def advance_origins(
             F.count(F.when(~F.col("dense"), 1)).alias("exact"),
             F.min(F.when(F.col("dense") & F.col("arrivals_wait"), F.col("prefix_end"))).alias("waiting_above"),
         )
-        .first()
+        .first()  # small: one row of counts
     )
     assert counts is not None  # an aggregation without grouping has one row
     dense_decisions = decisions.where("dense")

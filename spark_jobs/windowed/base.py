@@ -65,7 +65,7 @@ def checkpoint_with_totals(frame: DataFrame, *totals: Column) -> tuple[DataFrame
         checkpoint = frame.observe(observation, *totals).localCheckpoint()
         return checkpoint, Row(**observation.get)
     checkpoint = frame.localCheckpoint()
-    row = checkpoint.coalesce(1).agg(*totals).first()
+    row = checkpoint.coalesce(1).agg(*totals).first()  # small: one row of totals
     assert row is not None  # an aggregation without grouping has one row
     return checkpoint, row
 
