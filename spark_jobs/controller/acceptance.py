@@ -9,17 +9,13 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    LongType,
-)
 
 from airflow_provider_wm.core.controller import (
     Quarantine,
     Rejection,
 )
 from airflow_provider_wm.core.segments import Segment
-from spark_jobs.controller.marks import aggregate_marks, known_segments, nullable_key, row_local_reason
+from spark_jobs.controller.marks import aggregate_marks, names_unknown_segment, nullable_key, row_local_reason
 from spark_jobs.controller.progress import Progress
 from spark_jobs.controller.schemas import DEFERRED, KEYS, MARKS_SCHEMA, SHUTDOWN, STREAM_KEYS, VALUE
 
@@ -57,20 +53,13 @@ def time_goes_back(stored_time: Column, time: Column) -> Column:
 def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: dict[str, dict[int, Segment]]) -> DataFrame:
     """Each candidate mark with its final ``reason`` (null: accepted). Uses a join and a higher-order
     function, so it only runs on bad rows and suspect writers' marks. The valid segments are a literal
-    (:func:`~spark_jobs.controller.marks.known_segments`), not a join: no Spark job of their own."""
+    (:func:`~spark_jobs.controller.marks.known_segment_sql`), not a join: no Spark job of their own."""
     stored = writers0.select(
         *KEYS, F.col("time_ms").alias("stored_time_ms"), F.col("position").alias("stored_position")
     )
-    rows = candidates.withColumn("known_segments", F.element_at(known_segments(segments), F.col("stream"))).join(
-        F.broadcast(stored), KEYS, "left"
-    )
+    rows = candidates.join(F.broadcast(stored), KEYS, "left")
     value = F.col("tag") == VALUE
-    unknown_segment = (
-        F.size(
-            F.array_except(F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType()))))
-        )
-        > 0
-    )
+    unknown_segment = names_unknown_segment(segments)
     row_local = row_local_reason()
     reason = (
         F.when(row_local.isNotNull(), row_local)
@@ -93,7 +82,7 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: dict[st
     return (
         decided.join(F.broadcast(known_writers), KEYS, "left")
         .withColumn("reason", F.when(unknown_writer, Rejection.UNKNOWN_WRITER.value).otherwise(F.col("reason")))
-        .drop("known_segments", "stored_time_ms", "stored_position", "known_writer")
+        .drop("stored_time_ms", "stored_position", "known_writer")
     )
 
 

@@ -21,7 +21,7 @@ from spark_jobs.common import (
     read_dataset,
 )
 from spark_jobs.controller.acceptance import time_goes_back
-from spark_jobs.controller.marks import invalid_key, is_known, known_segments, with_key
+from spark_jobs.controller.marks import invalid_key, is_known, with_key
 from spark_jobs.controller.schemas import (
     DEFERRED,
     KEYS,
@@ -76,7 +76,7 @@ def writer_rounds(
     """
     tag = F.col("tag")
     value = tag == VALUE
-    unknown_segment = ~is_known(known_segments(segments), F.col("segment_id"))
+    unknown_segment = ~is_known(segments)
     bad_offsets = (F.col("min_offset") < 0) | (F.col("null_offsets") > 0)
     stored = writers0.select(
         *KEYS,

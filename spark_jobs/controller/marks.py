@@ -3,13 +3,11 @@ quarantine reasons), and the fast path's one scan: per (stream, writer, segment)
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
-    LongType,
-    MapType,
-    StringType,
     StructType,
 )
 
@@ -18,6 +16,7 @@ from airflow_provider_wm.core.controller import (
     MarkKind,
     Quarantine,
 )
+from airflow_provider_wm.core.names import STREAM_NAME_PATTERN
 from airflow_provider_wm.core.segments import Segment
 from spark_jobs.common import (
     conform,
@@ -46,7 +45,8 @@ __all__ = [
     "invalid_key",
     "is_known",
     "is_sequenced",
-    "known_segments",
+    "known_segment_sql",
+    "names_unknown_segment",
     "nullable_key",
     "read_marks",
     "read_segments",
@@ -115,26 +115,38 @@ def read_segments(spark: SparkSession, path: str) -> tuple[dict[str, dict[int, S
     return by_stream, invalid
 
 
-def known_segments(segments: dict[str, dict[int, Segment]]) -> Column:
-    """The valid segment ids per stream as a literal ``map<stream, array<segment_id>>``: the segments are on
-    the driver already (:func:`read_segments`), and a literal costs no Spark job
-    where a broadcast join would cost one.
+def known_segment_sql(segments: dict[str, dict[int, Segment]], segment: str) -> str:
+    """A SQL expression: whether ``segment`` (a SQL expression of a segment id) is a valid segment of the row's
+    ``stream``, never null. The segments are on the driver already (:func:`read_segments`), so the lookup is
+    a literal, not a broadcast join (a Spark job of its own): one ``IN`` list per stream, which Spark turns into
+    a hash set once it has more than ten ids, so a row costs one lookup however many segments a stream has.
+    One string is one Py4J call, where a literal per id would cost a few round trips each in a classic session.
 
-    A stream's ids are one string literal split and cast (``"0,1,4294967328"`` -> ``[0, 1, 4294967328]``),
-    which the optimizer folds into a constant: a literal per id would cost a few Py4J round trips each in a
-    classic session (over a thousand for 4 streams of 64 segments), more than the Spark jobs of a small round.
+    Streams whose name fails ``STREAM_NAME_PATTERN`` (the only names that would need quoting) are left out:
+    their marks are quarantined for the name before a segment is looked at.
+
+    Example: ``{"s": {0: ..., 1: ...}}``, ``"segment_id"`` ->
+    ``coalesce(CASE stream WHEN 's' THEN segment_id IN (0,1) ELSE false END, false)``.
     """
-    ids_type = ArrayType(LongType())
-    entries: list[Column] = []
-    for stream, by_id in sorted(segments.items()):
-        ids = ",".join(str(i) for i in sorted(by_id))
-        entries += [F.lit(stream), F.split(F.lit(ids), ",").cast(ids_type) if ids else F.array().cast(ids_type)]
-    return F.create_map(*entries).cast(MapType(StringType(), ids_type))
+    cases = [
+        f"WHEN '{stream}' THEN {segment} IN ({','.join(str(i) for i in sorted(by_id))})"
+        for stream, by_id in sorted(segments.items())
+        if by_id and re.fullmatch(STREAM_NAME_PATTERN, stream)
+    ]
+    if not cases:
+        return "false"
+    return f"coalesce(CASE stream {' '.join(cases)} ELSE false END, false)"
 
 
-def is_known(known: Column, segment_id: Column) -> Column:
-    """Whether ``segment_id`` is a valid segment of the row's ``stream`` (``known``: :func:`known_segments`)."""
-    return F.coalesce(F.array_contains(F.element_at(known, F.col("stream")), segment_id), F.lit(False))
+def is_known(segments: dict[str, dict[int, Segment]], segment_id: str = "segment_id") -> Column:
+    """Whether the column ``segment_id`` is a valid segment of the row's ``stream`` (:func:`known_segment_sql`)."""
+    return F.expr(known_segment_sql(segments, segment_id))
+
+
+def names_unknown_segment(segments: dict[str, dict[int, Segment]]) -> Column:
+    """Whether a mark's ``position`` names a segment that is not a valid segment of its stream (null for a
+    mark without a position)."""
+    return F.expr(f"exists(map_keys(position), segment -> NOT {known_segment_sql(segments, 'segment')})")
 
 
 def row_local_reason(*, cheap_only: bool = False) -> Column:

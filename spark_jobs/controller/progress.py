@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
     LongType,
     StringType,
 )
@@ -19,7 +18,7 @@ from airflow_provider_wm.core.controller import (
 )
 from airflow_provider_wm.core.progress import MAX_CHUNKS, MAX_PENDING_SEQUENCES
 from airflow_provider_wm.core.segments import Segment
-from spark_jobs.controller.marks import invalid_key, is_known, known_segments, nullable_key, row_local_reason
+from spark_jobs.controller.marks import invalid_key, is_known, names_unknown_segment, nullable_key, row_local_reason
 from spark_jobs.controller.schemas import (
     KEYS,
     MARKS_SCHEMA,
@@ -116,15 +115,9 @@ def advance_origins(
     )
 
 
-def sequence_reason() -> Column:
-    """Why a sequenced mark is bad on its own (row-local checks, unknown segment, bad numbers), or null;
-    needs the stream's ``known_segments``."""
-    unknown_segment = (
-        F.size(
-            F.array_except(F.map_keys("position"), F.coalesce("known_segments", F.array().cast(ArrayType(LongType()))))
-        )
-        > 0
-    )
+def sequence_reason(segments: dict[str, dict[int, Segment]]) -> Column:
+    """Why a sequenced mark is bad on its own (row-local checks, unknown segment, bad numbers), or null."""
+    unknown_segment = names_unknown_segment(segments)
     invalid_sequence = (
         F.col("seq").isNull()
         | (F.col("seq") < 1)
@@ -154,7 +147,7 @@ def origin_decisions(
     duplicate; the prefix ends at the first unset bit: committed 3, sequences 4 5 7 -> word 0 = ``0b1011``
     -> 5. The checks of a mark's stream, key and writer are made once per origin, those of its position
     (offsets, unknown segments) on its exploded positions in the same aggregation, where they are scalar
-    comparisons and a lookup in the segments' literal (:func:`~spark_jobs.controller.marks.known_segments`; a
+    comparisons and a lookup in the segments' literal (:func:`~spark_jobs.controller.marks.known_segment_sql`; a
     broadcast join would be a Spark job of its own).
     """
     committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
@@ -162,7 +155,7 @@ def origin_decisions(
     lone = (F.col("chunk") == 1) & F.col("last_chunk")
     valid_numbers = F.col("seq").isNotNull() & F.col("chunk").isNotNull() & F.col("last_chunk").isNotNull()
     clean = row_local_reason(cheap_only=True).isNull() & F.coalesce(valid_numbers & lone, F.lit(False))
-    known = is_known(known_segments(segments), F.col("segment_id"))
+    known = is_known(segments)
     # one row per mark and segment (one for a mark without any); its first row counts the mark, and a later
     # one is kept only when its segment or offset is bad (else it adds nothing the first row does not)
     good_position = F.col("segment_id").isNull() | (known & (F.col("offset") >= 0))
@@ -270,9 +263,7 @@ def _exact_origins(
     sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: dict[str, dict[int, Segment]]
 ) -> Progress:
     checked = (
-        sequenced.withColumn("known_segments", F.element_at(known_segments(segments), F.col("stream")))
-        .withColumn("reason", sequence_reason())
-        .drop("known_segments")
+        sequenced.withColumn("reason", sequence_reason(segments))
         .withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
         .localCheckpoint()
     )

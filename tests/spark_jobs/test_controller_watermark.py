@@ -25,6 +25,7 @@ from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.controller import run
 from spark_jobs.controller.emission import SINGLE_TASK_MARKS
+from spark_jobs.controller.marks import is_known
 from tests.factories import (
     E1,
     ROUND_1,
@@ -335,6 +336,36 @@ def test_a_writer_with_waiting_sequences_and_no_marks_in_a_round_is_not_seen_in_
         assert_same(core, manifest, state, spark, "")
     assert [m["streams"]["s"]["writers_seen"] for _, m, _ in results] == [2, 2, 2]
     assert results[2][2].streams["s"].writers["w"].time_ms == 300
+
+
+def tiling(first_id: int, count: int) -> list[Segment]:
+    return [Segment(first_id + i, i / count, (i + 1) / count) for i in range(count)]
+
+
+def test_segment_lookups_over_streams_of_many_segments_match_the_reference(spark, tmp_path, capsys):
+    """More than ten segments per stream (Spark looks them up in a hash set, not a list): a segment of the
+    other stream, or of none, is unknown, for plain and for sequenced marks."""
+    segments = {"s": tiling(0, 40), "t": tiling(100, 40)}
+    rounds = [
+        [
+            mark("w1", 100, {5: 10, 39: 3}),
+            mark("w2", 100, {105: 1}),  # a segment of t
+            mark("w3", 100, {100: 2, 139: 4}, stream="t"),
+            mark("w4", 100, {7: 1}, stream="t"),  # a segment of s
+            mark("w5", 100, {1_000: 1}, stream="t"),  # of no stream
+            replace(sequenced("w6", 1, 100, 1_000), position={0: 1, 20: 2}),
+            replace(sequenced("w7", 1, 100, 1_000), position={0: 1, 120: 2}),  # one of them is t's
+            replace(sequenced("w8", 1, 100, 1_000), stream="t", position={139: 1}),
+        ],
+    ]
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    ((core, manifest, state),) = run_both(spark, tmp_path, rounds, config, segments)
+    assert_same(core, manifest, state, spark, "")
+    assert manifest["totals"]["quarantined"] == {"UNKNOWN_SEGMENT": 4}
+    by_id = {name: segment_map(segs) for name, segs in segments.items()}
+    rows = spark.range(3).selectExpr("CAST(id AS STRING) AS stream", "id AS segment_id")  # not folded away
+    rows.select(is_known(by_id)).explain()
+    assert "INSET" in capsys.readouterr().out.upper()
 
 
 def shuffled_rounds(draw_random, writers: int, sequences: int, rounds: int, chunked: bool):
