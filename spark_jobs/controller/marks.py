@@ -192,22 +192,26 @@ def invalid_key() -> Column:
 
 def count_marks(marks: DataFrame, request: ControllerRequest) -> tuple[int, int, bool, int, int]:
     """(late marks, marks reported up to now, whether the round has a sequenced mark, deferred marks, the round's
-    marks: :func:`in_round`) in one
-    pass over the report-time and progress columns only, so the main scan can still skip old row groups. Late
-    marks: see ``core.controller.late_marks``; deferred ones are reported after ``now_ms`` and wait for a later
-    round (:func:`tag_marks`)."""
+    marks: :func:`in_round`). The counts are one pass over the report times alone, every mark's; whether a mark
+    of the round is sequenced is a second one over the round's row groups only (the report-time filter is pushed
+    down to Parquet), stopping at the first: reading the kind and progress columns of every mark ever reported
+    would cost more than both. Neither reads the columns the main scan needs. Late marks: see
+    ``core.controller.late_marks``; deferred ones are reported after ``now_ms`` and wait for a later round
+    (:func:`tag_marks`)."""
     reported = F.col("reported_at_ms")
+    this_round = in_round(request.now_ms, request.processed_until_ms)
     past = F.lit(False) if request.processed_until_ms is None else reported <= F.lit(request.processed_until_ms)
     row = marks.agg(
         F.count(F.when(past, 1)).alias("past"),
         F.count(F.when(reported <= F.lit(request.now_ms), 1)).alias("total"),
-        F.count(F.when(sequenced_in_round(request), 1)).alias("sequenced"),
         F.count(F.when(reported > F.lit(request.now_ms), 1)).alias("deferred"),
-        F.count(F.when(in_round(request.now_ms, request.processed_until_ms), 1)).alias("in_round"),
+        F.count(F.when(this_round, 1)).alias("in_round"),
     ).first()  # small: one row of counts
     assert row is not None
+    round_size = int(row["in_round"])
+    has_sequenced = round_size > 0 and marks.where(this_round).where(is_sequenced()).limit(1).count() > 0
     late = 0 if request.processed_until_ms is None else max(0, int(row["past"]) - request.processed_marks)
-    return late, int(row["total"]), int(row["sequenced"]) > 0, int(row["deferred"]), int(row["in_round"])
+    return late, int(row["total"]), has_sequenced, int(row["deferred"]), round_size
 
 
 def sequenced_in_round(request: ControllerRequest) -> Column:
