@@ -84,26 +84,35 @@ def advance_origins(
     released = dense_pending0.where(released_now).select(
         "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls, "wm_key"
     )
-    waiting = dense_pending0.where(~released_now).select(*pending_columns)
+    arrived_waiting = None
     if counts["waiting_above"] is not None:  # some marks of the round wait: read them (numbers above a bound)
         arrived = sequenced.where(F.col("seq") > F.lit(counts["waiting_above"])).join(dense, ORIGIN_KEYS)
-        waiting = waiting.unionByName(arrived.where(~released_now).select(*pending_columns))
+        arrived_waiting = arrived.where(~released_now).select(*pending_columns)
     dense_origins = dense_decisions.select(
         *ORIGIN_KEYS, F.greatest("committed_seq", "prefix_end").alias("committed_seq")
     ).where(F.col("committed_seq") > 0)
     seen = dense_decisions.select(*KEYS)
     other_origins0 = origins0.join(dense, ORIGIN_KEYS, "left_anti")
-    other_pending0 = pending0.join(dense, ORIGIN_KEYS, "left_anti")
     dense_keys = dense_decisions.select(*ORIGIN_KEYS, "prefix_end")
     if counts["exact"] == 0:  # the dense origins' marks are all good
+        # the stored chunks that still wait, of every origin, in one read of the pending state
+        still_pending = (
+            pending0.join(dense, ORIGIN_KEYS, "left")
+            .where(F.col("prefix_end").isNull() | ~released_now)
+            .select(*pending_columns)
+        )
         return Progress(
             released,
             None,
             seen,
             other_origins0.unionByName(dense_origins),
-            other_pending0.unionByName(waiting),
+            still_pending if arrived_waiting is None else still_pending.unionByName(arrived_waiting),
             dense_keys,
         )
+    waiting = dense_pending0.where(~released_now).select(*pending_columns)
+    if arrived_waiting is not None:
+        waiting = waiting.unionByName(arrived_waiting)
+    other_pending0 = pending0.join(dense, ORIGIN_KEYS, "left_anti")
     exact = exact_origins(sequenced.join(dense, ORIGIN_KEYS, "left_anti"), other_origins0, other_pending0, segments)
     return Progress(
         exact.released.unionByName(released),

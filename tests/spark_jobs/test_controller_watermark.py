@@ -338,6 +338,28 @@ def test_a_writer_with_waiting_sequences_and_no_marks_in_a_round_is_not_seen_in_
     assert results[2][2].streams["s"].writers["w"].time_ms == 300
 
 
+def test_stored_chunks_are_released_kept_or_joined_by_new_waiting_ones_like_the_reference(spark, tmp_path):
+    """Every origin dense (no exact path): a stored chunk is released when its gap fills (w), kept while its gap
+    stays open, with the round's new chunks waiting beside it (v), and kept for an origin without marks in the
+    round (x)."""
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    rounds = [
+        [
+            sequenced("w", 1, 100, 1_000),
+            sequenced("w", 3, 300, 1_100),
+            sequenced("v", 1, 100, 1_000),
+            sequenced("v", 4, 400, 1_100),
+            sequenced("x", 2, 200, 1_000),
+        ],
+        [sequenced("w", 2, 200, 3_000), sequenced("v", 5, 500, 3_000), sequenced("v", 6, 600, 3_100)],
+    ]
+    results = list(run_both(spark, tmp_path, rounds, config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert [m["streams"]["s"]["pending_sequences"] for _, m, _ in results] == [3, 4]
+    assert results[1][2].streams["s"].writers["w"].time_ms == 300
+
+
 def tiling(first_id: int, count: int) -> list[Segment]:
     return [Segment(first_id + i, i / count, (i + 1) / count) for i in range(count)]
 
