@@ -38,7 +38,7 @@ Connect), so each one is accounted for: a round with no sequenced and no bad mar
 count over the report times, a look for a sequenced mark in the round's row groups, the writers' rows, the
 verdicts, the writers' state, the streams' state), besides reading the schema of each dataset; the exact path,
 gap-free progress and a previous progress state add their own. Spark runs each shuffle of an action as a job of
-its own, so the frames of one row per writer (or fewer) are aggregated and joined in one task instead: twelve
+its own, so the frames of one row per writer (or fewer) are aggregated and joined in one task instead: thirteen
 jobs in a steady round (``bench/controller_watermark.py``).
 
 Outputs: the next controller state (``writers/``, ``streams/`` Parquet), the quarantine of bad and
