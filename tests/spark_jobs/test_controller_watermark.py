@@ -25,7 +25,7 @@ from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.controller import run
 from spark_jobs.controller.emission import SINGLE_TASK_MARKS
-from spark_jobs.controller.marks import is_known
+from spark_jobs.controller.marks import is_known, names_unknown_segment
 from tests.factories import (
     E1,
     ROUND_1,
@@ -388,6 +388,55 @@ def test_segment_lookups_over_streams_of_many_segments_match_the_reference(spark
     rows = spark.range(3).selectExpr("CAST(id AS STRING) AS stream", "id AS segment_id")  # not folded away
     rows.select(is_known(by_id)).explain()
     assert "INSET" in capsys.readouterr().out.upper()
+
+
+LOOKUP_SEGMENTS = {
+    "s": {i: Segment(i, 0.0, 1.0) for i in [*range(11), 2**32 + 5]},  # more than ten: a hash set
+    "t": {7: Segment(7, 0.0, 1.0)},  # a short IN list
+    "empty": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("stream", "segment_id", "position", "known", "names_unknown"),
+    [
+        ("s", 0, {0: 1}, True, False),
+        ("s", 2**32 + 5, {2**32 + 5: 1}, True, False),
+        ("s", 99, {0: 1, 99: 2}, False, True),
+        ("t", 7, {7: 1}, True, False),
+        ("t", 0, {0: 1}, False, True),  # a segment of s
+        ("empty", 0, {0: 1}, False, True),  # a stream without valid segments
+        ("nowhere", 0, {0: 1}, False, True),
+        (None, 0, {0: 1}, False, True),
+        ("s", None, {}, False, False),  # an empty position names no segment
+        ("s", None, None, False, None),  # no position: quarantined before its segments are looked at
+    ],
+)
+def test_a_segment_is_known_only_among_the_valid_segments_of_its_own_stream(
+    spark, stream, segment_id, position, known, names_unknown
+):
+    row = spark.createDataFrame(
+        [(stream, segment_id, position)], "stream string, segment_id bigint, position map<bigint, bigint>"
+    ).select(is_known(LOOKUP_SEGMENTS).alias("known"), names_unknown_segment(LOOKUP_SEGMENTS).alias("unknown"))
+    assert tuple(row.first()) == (known, names_unknown)
+
+
+def test_without_any_valid_segment_no_segment_is_known(spark):
+    rows = spark.createDataFrame(
+        [("s", 0, {0: 1}), ("s", None, {})], "stream string, segment_id bigint, position map<bigint, bigint>"
+    )
+    got = [tuple(r) for r in rows.select(is_known({}), names_unknown_segment({})).collect()]
+    assert got == [(False, True), (False, False)]
+
+
+def test_segments_of_streams_with_names_that_need_quoting_leave_the_job_running(spark, tmp_path):
+    """Such streams are left out of the lookup: their marks are quarantined for the name, as in core."""
+    segments = {"s": THIRDS, "o'k": THIRDS, "a b": THIRDS}
+    rounds = [[mark("w", 100, {0: 5}), mark("v", 100, {0: 5}, stream="o'k"), mark("u", 100, {1: 5}, stream="a b")]]
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    ((core, manifest, state),) = run_both(spark, tmp_path, rounds, config, segments)
+    assert_same(core, manifest, state, spark, "")
+    assert manifest["totals"]["quarantined"] == {"INVALID_STREAM": 2}
 
 
 def shuffled_rounds(draw_random, writers: int, sequences: int, rounds: int, chunked: bool):
