@@ -349,13 +349,15 @@ def write_arrivals(path: Path, rows: list[tuple[str, int, Any]], arrival_type: s
     pq.write_table(table, path / "batch.parquet")
 
 
-@pytest.mark.parametrize("arrival_type", list(UNUSABLE_ARRIVALS))
+@pytest.mark.parametrize(
+    ("arrival_type", "window"),
+    [*((a, Tumbling(10)) for a in UNUSABLE_ARRIVALS), ("long", Session(5))],
+    ids=[*UNUSABLE_ARRIVALS, "long-session"],
+)
 def test_rows_without_a_usable_arrival_are_quarantined_and_counted_by_every_run_and_never_aggregated(
-    spark, tmp_path, arrival_type
+    spark, tmp_path, arrival_type, window
 ):
-    spec = AggregationSpec(
-        Tumbling(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"), allowed_lateness_ms=1000
-    )
+    spec = AggregationSpec(window, (Aggregate("n", "count"),), ("k",), StoreWatermark("s"), allowed_lateness_ms=1000)
     pipeline = Pipeline(spark, tmp_path, spec)
     unusable = UNUSABLE_ARRIVALS[arrival_type]
     rows = [("a", 1, 5), ("a", 2, 15), ("b", 3, 25)] + [("x", 4, a) for a in unusable]
@@ -373,7 +375,7 @@ def test_rows_without_a_usable_arrival_are_quarantined_and_counted_by_every_run_
         assert manifest["late_output"] == str(tmp_path / "late")
         assert manifest["max_event_time_ms"] == result.state.max_event_time_ms  # the quarantined t=4 is not seen
     assert pipeline.panes() == core_rows(spec, results)
-    assert [p[0] for p in pipeline.panes()] == [("a",), ("a",), ("b",)]  # nothing of "x" is aggregated
+    assert {p[0] for p in pipeline.panes()} == {("a",), ("b",)}  # nothing of "x" is aggregated
     # not the arrival column: Python cannot show a timestamp of the year 10000
     quarantined = spark.read.parquet(str(tmp_path / "late")).select("k", "reason", "wm_run").collect()
     assert sorted((r["k"], r["reason"], int(r["wm_run"])) for r in quarantined) == sorted(
