@@ -105,7 +105,8 @@ class Job(Firing):
             partials = self.new_partials(classified)
             state = self.read_state()
             if state is None:
-                checkpoint, observed = checkpoint_with_totals(partials, *run_totals())  # one row per (keys, window)
+                # one row per (keys, window), and rows without a window that count the rows not accepted
+                checkpoint, observed = checkpoint_with_totals(partials, *run_totals())
                 fresh = self.with_fresh_flags(checkpoint.where(F.col("window_start").isNotNull()))
             else:
                 # merged with the stored windows before the checkpoint, the run's counters carried per window: the

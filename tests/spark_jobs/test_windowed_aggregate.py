@@ -228,6 +228,24 @@ def test_worked_example_a_session_event_is_judged_by_its_own_window_before_mergi
     assert pipeline.panes() == core_rows(spec, results) == [(("a",), *session_a, "ON_TIME", 0, False, 95_000)]
 
 
+def test_a_session_run_counts_each_reason_of_one_key_apart_and_a_too_late_time_raises_the_highest_seen(spark, tmp_path):
+    """One key with a too-late row, an invalid time and an unusable arrival in one run over a stored state: each is
+    counted under its own reason, and the too-late time is still an event time seen (as in core)."""
+    spec = AggregationSpec(Session(5), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"))
+    pipeline = Pipeline(spark, tmp_path, spec)
+    first = run(spec, AggregationState(), [Event(10, ("a",), {})], 100)
+    pipeline.run([("a", 10, 1)], source=100)
+    unusable_arrivals = [("a", t, 1, None) for t in (60, 61, 62)]  # counts that differ: no reason stands in for another
+    spark.createDataFrame(unusable_arrivals, EVENT_SCHEMA).write.mode("append").parquet(str(tmp_path / "events"))
+    second = run(spec, first.state, [Event(t, ("a",), {}) for t in (50, 52, None)], 200)
+    manifest = pipeline.run([("a", 50, 1), ("a", 52, 1), ("a", None, 1)], source=200)
+    totals = manifest["totals"]
+    assert (totals["too_late"], totals["invalid_event_time"], totals["invalid_arrival"]) == (2, 1, 3)
+    assert Counter(str(why) for _, why in second.late) == {"TOO_LATE": 2, "INVALID_EVENT_TIME": 1}
+    assert manifest["max_event_time_ms"] == second.state.max_event_time_ms == 52
+    assert pipeline.panes() == core_rows(spec, [first, second])
+
+
 def test_invalid_times_are_quarantined_with_their_columns_and_counted(spark, tmp_path):
     spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=BoundedOutOfOrderness(0))
     pipeline = Pipeline(spark, tmp_path, spec)
