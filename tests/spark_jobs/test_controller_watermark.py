@@ -418,14 +418,14 @@ def test_a_segment_is_known_only_among_the_valid_segments_of_its_own_stream(
     row = spark.createDataFrame(
         [(stream, segment_id, position)], "stream string, segment_id bigint, position map<bigint, bigint>"
     ).select(is_known(LOOKUP_SEGMENTS).alias("known"), names_unknown_segment(LOOKUP_SEGMENTS).alias("unknown"))
-    assert tuple(row.first()) == (known, names_unknown)
+    assert tuple(row.first()) == (known, names_unknown)  # one row: small
 
 
 def test_without_any_valid_segment_no_segment_is_known(spark):
     rows = spark.createDataFrame(
         [("s", 0, {0: 1}), ("s", None, {})], "stream string, segment_id bigint, position map<bigint, bigint>"
     )
-    got = [tuple(r) for r in rows.select(is_known({}), names_unknown_segment({})).collect()]
+    got = [tuple(r) for r in rows.select(is_known({}), names_unknown_segment({})).collect()]  # two rows: small
     assert got == [(False, True), (False, False)]
 
 
