@@ -183,7 +183,7 @@ class Job:
             if self.args.unit_column:
                 unknown = bad.where(F.col("reason") == QuarantineReason.UNKNOWN_UNIT.value)
                 values = unknown.select(F.col(self.args.unit_column).cast("string").alias("unit")).distinct()
-                samples = sorted(r["unit"] for r in values.limit(UNKNOWN_UNIT_SAMPLES).collect())  # a few values
+                samples = sorted(r["unit"] for r in values.limit(UNKNOWN_UNIT_SAMPLES).collect())  # small: 5 values
             parts.append(
                 bad.where(~F.col("wm_seen_before"))
                 .drop("wm_seen_before")
