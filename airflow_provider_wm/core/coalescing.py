@@ -46,7 +46,7 @@ CoalesceResult(value=10, emitted=True, all_idle=False, excluded=['deliveries'], 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "coalesce",
     "is_idle",
     "last_advanced_ms",
+    "watermark_as_of",
 ]
 
 AllIdlePolicy = Literal["wait", "highest"]
@@ -173,6 +174,24 @@ def last_advanced_ms(record: Mapping[str, Any]) -> int | None:
     if value is None:
         value = record.get("published_at_ms")
     return None if value is None else int(value)
+
+
+def watermark_as_of(log: Iterable[tuple[int, int]], at_ms: int) -> tuple[int, int] | None:
+    """The entry ``(computed_at_ms, lower_ms)`` of a watermark log that stood at ``at_ms``: the highest watermark
+    computed at or before it (``None``: none yet). A run for time ``T`` that reads its input up to ``T`` must pair
+    it with this one, not with a later watermark: in a catch-up, the round of ``T + 1h`` may have published
+    already, and its watermark covers events that arrive after ``T``, which the next run reads too late.
+
+    >>> watermark_as_of([(100, 10), (200, 20), (300, 30)], 250)
+    (200, 20)
+    >>> watermark_as_of([(100, 10)], 99) is None
+    True
+    """
+    standing = [(lower, computed) for computed, lower in log if computed <= at_ms]
+    if not standing:
+        return None
+    lower, computed = max(standing)
+    return computed, lower
 
 
 class InputSeen(NamedTuple):

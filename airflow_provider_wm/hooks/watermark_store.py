@@ -40,6 +40,7 @@ from typing import Any
 
 import fsspec
 
+from airflow_provider_wm.core.coalescing import last_advanced_ms, watermark_as_of
 from airflow_provider_wm.core.names import Input, is_valid_stream_name, watermark_label
 from airflow_provider_wm.core.reader import LoggedWatermark, TimeWindow, time_window
 from airflow_provider_wm.core.segments import Segment
@@ -165,6 +166,24 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         """The newest watermark of ``stream`` (of its key ``wm_key`` when given; one small read), or ``None``
         before the first one."""
         return self._read_json(self.watermark_path(stream, wm_key, "latest.json"))
+
+    def read_as_of(self, stream: str, at_ms: int, wm_key: str | None = None) -> dict[str, Any] | None:
+        """The watermark record of ``stream`` (its key ``wm_key``) that stood at ``at_ms``
+        (:func:`~airflow_provider_wm.core.coalescing.watermark_as_of`): ``latest`` when it was computed at or before
+        ``at_ms`` (one small read, the usual case), else the log's entry (a listing and one read: a run catching
+        up behind the producer). ``None`` when no watermark had been computed by then."""
+        latest = self.read_latest(stream, wm_key)
+        if latest is None:
+            return None
+        computed = last_advanced_ms(latest)
+        if computed is None or computed <= at_ms:
+            return latest
+        entry = watermark_as_of(self.read_log_index(stream, wm_key), at_ms)
+        if entry is None:
+            return None
+        computed, lower = entry
+        logged = self._read_json(self.watermark_path(stream, wm_key, "log", f"{computed:015d}-{lower:015d}.json"))
+        return logged if logged is not None else {"stream": stream, "lower_ms": lower, "computed_at_ms": computed}
 
     def read_history(self, stream: str, limit: int | None = None, wm_key: str | None = None) -> list[dict[str, Any]]:
         """The watermark log of ``stream`` (of its key ``wm_key`` when given), oldest first; the last
@@ -461,10 +480,29 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             logged = None
         return {**(logged or {}), "lower_ms": lower}
 
-    def write_pipeline_state(self, pipeline: str, document: Mapping[str, Any]) -> None:
-        """Replace the pipeline's state document (atomically). The operator writes it only after its job
-        succeeded and before it commits its Variable; it is a mirror for readers, not the source of truth."""
-        self._write_atomic(self._path("pipelines", validate_name(pipeline, "pipeline"), "state.json"), document)
+    def write_pipeline_state(self, pipeline: str, document: Mapping[str, Any]) -> bool:
+        """Replace the pipeline's state document (atomically), unless it holds a later ``version``: returns False
+        (and logs) then. The operator writes it right after its commit; it is a mirror for readers, not the source
+        of truth, and a slow run that committed version 4 cannot overwrite the copy of version 5. A damaged copy
+        is replaced."""
+        path = self.pipeline_state_path(pipeline)
+        with self._lock(path.rsplit("/", 1)[0]):
+            try:
+                stored = self._read_json(path)
+            except DamagedRecordError:
+                stored = None
+            stored_version = None if stored is None else stored.get("version")
+            version = document.get("version")
+            if isinstance(stored_version, int) and isinstance(version, int) and stored_version > version:
+                log.warning(
+                    "The store's state of pipeline %s holds version %s: version %s not written over it",
+                    pipeline,
+                    stored_version,
+                    version,
+                )
+                return False
+            self._write_atomic(path, document)
+        return True
 
     def write_json_url(self, url: str, payload: Mapping[str, Any]) -> None:
         """Write a JSON document at an absolute URL or path (e.g. a plan for a Spark job)."""
@@ -486,14 +524,18 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         else:  # an object-store PUT is atomic
             self.fs.pipe_file(path, data)
 
+    def _stream_lock(self, stream: str) -> contextlib.AbstractContextManager[None]:
+        return self._lock(self.stream_path(stream))
+
     @contextlib.contextmanager
-    def _stream_lock(self, stream: str) -> Iterator[None]:
+    def _lock(self, directory: str) -> Iterator[None]:
+        """An exclusive lock of ``directory`` among the processes of this machine (a local store; an object store
+        offers none)."""
         if not self._local:
             yield
             return
         import fcntl
 
-        directory = self.stream_path(stream)
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, ".lock"), "a+") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)

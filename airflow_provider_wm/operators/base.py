@@ -158,7 +158,12 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         raise NotImplementedError
 
     def publish_outputs(self, run: JobRound[StateT], outcome: Outcome[StateT]) -> None:
-        """Mirrors and output watermarks, written before the commit (all of them idempotent)."""
+        """Output watermarks, written before the commit (idempotent and monotone: a run whose commit is refused
+        cannot move them back, and a reader of a watermark never sees data that is not committed yet)."""
+
+    def mirror_state(self, run: JobRound[StateT], outcome: Outcome[StateT]) -> None:
+        """The store's copy of the committed state (what sensors and the UI read), written right after the commit:
+        a run whose commit is refused never writes it."""
 
     def lineage(self, document: StateT, summary: dict[str, Any] | None) -> RunLineage | None:
         """What the run read, wrote and committed, for OpenLineage (``summary`` None: a covered run)."""
@@ -203,6 +208,15 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
                 context["outlet_events"][self.asset].add_partitions(outcome.partition_keys)
         self.run_lineage = self.lineage(outcome.document, outcome.summary)  # before the commit: it may fail
         self.commit(context, outcome.document, committed)
+        try:
+            self.mirror_state(run, outcome)
+        except Exception:  # committed: failing the task now would fail a run whose state has advanced
+            self.log.warning(
+                "committed version %s, but the store's copy of the state could not be written; the next run "
+                "rewrites it",
+                outcome.document.version,
+                exc_info=True,
+            )
         return outcome.summary
 
     @staticmethod

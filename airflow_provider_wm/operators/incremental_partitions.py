@@ -316,10 +316,13 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         return keys
 
     def publish_outputs(self, run: JobRound[PipelineState], outcome: Outcome[PipelineState]) -> None:
-        """The output watermark and the store's state document (what the completeness sensor reads)."""
+        assert outcome.document is not None
+        self._publish_output_watermark(run.store, outcome.document)
+
+    def mirror_state(self, run: JobRound[PipelineState], outcome: Outcome[PipelineState]) -> None:
+        """The store's state document: what the completeness sensor reads."""
         document = outcome.document
         assert document is not None
-        self._publish_output_watermark(run.store, document)
         run.store.write_pipeline_state(
             self.pipeline,
             {

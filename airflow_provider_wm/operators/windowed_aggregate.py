@@ -380,13 +380,14 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         return Outcome(document, summary, extra, keys)
 
     def publish_outputs(self, run: JobRound[WindowedState], outcome: Outcome[WindowedState]) -> None:
-        """The store's state document and the output watermark (the committed state, written last, is the truth)."""
-        document = outcome.document
-        assert document is not None
+        assert outcome.document is not None
+        self._publish_output_watermark(run.store, outcome.document)
+
+    def mirror_state(self, run: JobRound[WindowedState], outcome: Outcome[WindowedState]) -> None:
+        assert outcome.document is not None
         run.store.write_pipeline_state(
-            self.pipeline, {**document.to_json(), "kind": "windowed", "last_summary": outcome.summary}
+            self.pipeline, {**outcome.document.to_json(), "kind": "windowed", "last_summary": outcome.summary}
         )
-        self._publish_output_watermark(run.store, document)
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: WindowedState) -> None:
         """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""
@@ -448,9 +449,12 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         return fields, watermark
 
     def _source_watermark(self, store: WatermarkStoreHook, now_ms: int) -> int | None:
+        """The store's watermark as it stood at the run's logical time (:meth:`WatermarkStoreHook.read_as_of`): the
+        run reads the events that arrived until then, and a later watermark (a catch-up behind the controller)
+        would make the next run's on-time events too late; a retry reads the same one."""
         policy = self.spec.watermark
         if isinstance(policy, MergedWatermark):
-            records = {name: store.read_latest(w.stream, w.wm_key) for name, w in policy.inputs}
+            records = {name: store.read_as_of(w.stream, now_ms, w.wm_key) for name, w in policy.inputs}
             check = check_watermarks(
                 records,
                 now_ms,
@@ -465,11 +469,15 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             return check.watermark_ms
         if not isinstance(policy, StoreWatermark):
             return None
-        latest = store.read_latest(policy.stream, policy.wm_key)
-        if latest is None:
-            self.log.warning("No watermark of stream %r in the store yet: no window can complete", policy.stream)
+        standing = store.read_as_of(policy.stream, now_ms, policy.wm_key)
+        if standing is None:
+            self.log.warning(
+                "No watermark of stream %r computed by %s in the store: no window can complete",
+                policy.stream,
+                format_ms(now_ms),
+            )
             return None
-        return int(latest["lower_ms"])
+        return int(standing["lower_ms"])
 
     def _log_manifest(self, manifest: WindowedManifest) -> None:
         self.log.info(

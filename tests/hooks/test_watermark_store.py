@@ -505,3 +505,28 @@ def test_publish_logs_its_times_in_iso_utc(tmp_path, caplog):
     assert "lower_ms=1767225600000 (2026-01-01T00:00:00.000Z) is not above the latest 2026-01-01T01:00:00.000Z" in (
         caplog.text
     )
+
+
+def test_the_watermark_as_of_a_time_is_the_newest_computed_by_then_read_from_the_log_only_when_latest_is_newer(
+    tmp_path, monkeypatch
+):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.read_as_of("orders", 100) is None
+    for computed, lower in [(100, 10), (200, 20), (300, 30)]:
+        store.publish({"stream": "orders", "lower_ms": lower, "computed_at_ms": computed, "run_id": f"r{computed}"})
+    assert store.read_as_of("orders", 250)["run_id"] == "r200"
+    assert store.read_as_of("orders", 99) is None
+    for path in (tmp_path / "streams" / "orders" / "log").iterdir():
+        path.unlink()  # latest alone: at or after its own time, the log is not read
+    assert store.read_as_of("orders", 300)["run_id"] == "r300"
+    assert store.read_as_of("orders", 10**15)["lower_ms"] == 30
+
+
+def test_the_store_copy_of_a_pipeline_state_never_goes_back_to_an_earlier_version(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    assert store.write_pipeline_state("p", {"version": 5, "run_id": "later"})
+    assert not store.write_pipeline_state("p", {"version": 4, "run_id": "slow"})
+    assert store.read_pipeline_state("p")["run_id"] == "later"
+    assert store.write_pipeline_state("p", {"version": 5, "run_id": "later", "rewritten": True})
+    (tmp_path / "pipelines" / "p" / "state.json").write_text("{damaged")
+    assert store.write_pipeline_state("p", {"version": 3, "run_id": "restored"})

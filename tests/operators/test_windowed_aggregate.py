@@ -246,6 +246,26 @@ def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_e
 
 
 @pytest.mark.slow
+def test_a_run_catching_up_behind_the_controller_takes_the_watermark_of_its_own_time(airflow_db, tmp_path):
+    """The controller's rounds of 00:15 and 02:00 both published before the run of 00:30 (a catch-up): the run
+    reads the events that arrived until 00:30, so it pairs them with the 00:15 watermark. With the 02:00 one, the
+    event of 00:40 that arrives at 00:45 would be too late for the run of 01:00."""
+    dag = aggregate_dag(tmp_path, "revenue_catchup")
+    write_events(tmp_path / "events", 1, [("eu", 1, 10, 2)])
+    publish(tmp_path, 15)
+    publish(tmp_path, 120)
+    _run1, states = run_dag(dag, T0 + timedelta(minutes=30))
+    assert states == {"revenue": "success"}
+    assert committed("revenue_catchup")["watermark_ms"] == T0_MS + 15 * MINUTE
+    write_events(tmp_path / "events", 2, [("eu", 40, 5, 45)])
+    run2, states = run_dag(dag, T0 + timedelta(minutes=60))
+    assert states == {"revenue": "success"}
+    summary = xcom(run2, "revenue")
+    assert summary["too_late"] == 0 and summary["events_aggregated"] == 1
+    assert committed("revenue_catchup")["watermark_ms"] == T0_MS + 15 * MINUTE  # no round computed by 01:00
+
+
+@pytest.mark.slow
 def test_rows_without_an_arrival_are_quarantined_and_counted_by_every_run_never_dropped(airflow_db, tmp_path):
     write_events(tmp_path / "events", 1, [("eu", 1, 10, 2)])
     (tmp_path / "events").mkdir(exist_ok=True)

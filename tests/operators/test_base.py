@@ -1,0 +1,54 @@
+"""The base of the stateful operators: what a run writes before and after its checked commit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.operators.base import JobRound, Outcome
+from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
+from airflow_provider_wm.state import PipelineState, commit_pipeline_state
+from tests.airflow_helpers import fresh_dag, run_dag
+from tests.operators.test_incremental_partitions import committed
+
+JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
+
+
+class OvertakenPartitionsOperator(IncrementalPartitionsOperator):
+    """Its job runs for real; while it runs, an overlapping run of the same pipeline commits and mirrors its
+    state (two DAGs sharing a pipeline name, or a zombie task and its retry)."""
+
+    def compute(self, run: JobRound[PipelineState]) -> Outcome[PipelineState]:
+        outcome = super().compute(run)
+        assert outcome.document is not None
+        overtaking = replace(outcome.document, run_id="overtaking_run")
+        commit_pipeline_state(overtaking, run.committed)
+        run.store.write_pipeline_state(self.pipeline, overtaking.to_json())
+        return outcome
+
+
+@pytest.mark.slow
+def test_a_run_whose_commit_is_refused_leaves_the_store_copy_of_the_state_to_the_run_that_committed(
+    airflow_db, tmp_path
+):
+    (tmp_path / "orders").mkdir()
+    dag = fresh_dag("overtaken")
+    with dag:
+        OvertakenPartitionsOperator(
+            task_id="orders",
+            pipeline="p_overtaken",
+            source=str(tmp_path / "orders"),
+            time_column="event_time",
+            watermark={"from": "2026-01-05", "to": "P0D"},
+            target=str(tmp_path / "target"),
+            store_path=str(tmp_path / "store"),
+            grace_period=timedelta(0),
+        )
+    _run, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "failed"}  # CutoffConflict: the state moved while the run computed
+    assert committed("p_overtaken")["run_id"] == "overtaking_run"
+    mirrored = WatermarkStoreHook(str(tmp_path / "store")).read_pipeline_state("p_overtaken")
+    assert mirrored is not None and mirrored["run_id"] == "overtaking_run"
