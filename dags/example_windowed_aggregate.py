@@ -3,7 +3,8 @@
 Every hour, a sensor waits in the triggerer until the ``orders`` stream's watermark passes the run's
 ``data_interval_end``; then ``WindowedAggregateOperator`` reads the order events that arrived since its
 previous successful run (``ingested_at`` after the committed cut-off, up to ``data_interval_end``) and a
-Spark job (through ``SparkSubmitHook``) updates the open windows and fires their panes:
+Spark job (on the embedded Spark Connect server here; through ``SparkSubmitHook`` with a ``spark`` connection)
+updates the open windows and fires their panes:
 
 - ON_TIME once the watermark passes a window's end; EARLY for incomplete windows that got data
   (``early_firing=True``);

@@ -128,7 +128,8 @@ def render_partitions(store: Path, pipeline: str, outcomes: list[dict[str, Any]]
             for unit in plan["work_units"]:
                 day = format_ms(unit["partition_start"])[:10]
                 by_reason.setdefault(unit["reason"], []).append(f"{day}/{unit['unit']}")
-            lines.append(f"  {attempt.name}: {len(plan['work_units'])} work units executed")
+            units = len(plan["work_units"])
+            lines.append(f"  {attempt.name}: {units} work unit{'' if units == 1 else 's'} executed")
             for reason, names in by_reason.items():
                 lines.append(f"    {reason:<14} {', '.join(names)}")
             totals = manifest.get("totals", {})
