@@ -43,6 +43,7 @@ from airflow_provider_wm.operators.windowed_arguments import (
     enum_argument,
     events_format_argument,
     global_window,
+    keys_argument,
     output_paths,
     output_stream_argument,
     parse_aggregates,
@@ -222,12 +223,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             raise ValueError("watermark=None: give {'stream': name} or {'max_delay': duration}")
         sources = {f"inputs[{i['name']!r}].events": i["events"] for i in self.inputs} or {"events": events}
         self.late_output = output_paths(output, late_output, store_path, sources)
-        if isinstance(keys, str) or not isinstance(keys, Sequence):
-            raise ValueError(f"keys={keys!r} must be a list of column names")
         self.spec = AggregationSpec(
             window=window,
             aggregates=parse_aggregates(aggregates, [i["name"] for i in self.inputs]),
-            keys=tuple(keys),
+            keys=keys_argument(keys),
             watermark=parse_watermark(watermark),
             allowed_lateness_ms=duration_ms(allowed_lateness, "allowed_lateness"),
             accumulation=enum_argument(accumulation, Accumulation, "accumulation"),

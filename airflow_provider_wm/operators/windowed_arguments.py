@@ -36,6 +36,7 @@ __all__ = [
     "events_format_argument",
     "global_window",
     "kept_apart",
+    "keys_argument",
     "output_paths",
     "output_stream_argument",
     "parse_aggregates",
@@ -256,6 +257,21 @@ def enum_argument(value: object, kind: type[E], argument: str) -> E:
             if value.lower() in (member.name.lower(), str(member.value).lower()):
                 return member
     raise ValueError(f"{argument}={value!r} must be one of {[member.value for member in kind]}")
+
+
+def keys_argument(keys: object) -> tuple[str, ...]:
+    """The grouping columns as a tuple: a list or tuple of names, not one name.
+
+    >>> keys_argument(["region"]), keys_argument(())
+    (('region',), ())
+    >>> keys_argument("region")
+    Traceback (most recent call last):
+    ...
+    ValueError: keys='region' must be a list of column names
+    """
+    if isinstance(keys, str) or not isinstance(keys, Sequence):
+        raise ValueError(f"keys={keys!r} must be a list of column names")
+    return tuple(keys)
 
 
 def when_all_idle_argument(value: object) -> str:
