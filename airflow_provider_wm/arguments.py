@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-__all__ = ["add_asset_outlet", "emit_partition_keys_argument", "one_task_at_a_time", "require_paths"]
+__all__ = [
+    "add_asset_outlet",
+    "emit_partition_keys_argument",
+    "one_task_at_a_time",
+    "require_bool",
+    "require_paths",
+]
 
 
 def require_paths(**paths: Any) -> None:
@@ -54,11 +60,23 @@ def emit_partition_keys_argument(emit_partition_keys: Any, asset: Any) -> bool:
     ...
     ValueError: emit_partition_keys=True needs asset=Asset(...): the keys are those of the asset's events
     """
-    if not isinstance(emit_partition_keys, bool):
-        raise ValueError(f"emit_partition_keys={emit_partition_keys!r} must be True or False")
+    require_bool(emit_partition_keys=emit_partition_keys)
     if emit_partition_keys and asset is None:
         raise ValueError(
             f"emit_partition_keys={emit_partition_keys!r} needs asset=Asset(...): the keys are those of the "
             "asset's events"
         )
     return emit_partition_keys
+
+
+def require_bool(**values: Any) -> None:
+    """Every value must be ``True`` or ``False``: a string such as ``"no"`` is truthy and would mean the opposite.
+
+    >>> require_bool(early_firing=True, late_firing="no")
+    Traceback (most recent call last):
+    ...
+    ValueError: late_firing='no' must be True or False
+    """
+    for argument, value in values.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{argument}={value!r} must be True or False")

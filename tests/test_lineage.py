@@ -76,7 +76,7 @@ from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.windowed_aggregate import WindowedAggregateOperator, tumbling
 
 operator = WindowedAggregateOperator(
-    task_id="w", pipeline="p", events="/e", event_time="t", keys=[], window=tumbling("PT1M"),
+    task_id="w", pipeline="p", events="/e", event_time="t", arrival_column="a", keys=[], window=tumbling("PT1M"),
     aggregates={"n": "count(*)"}, watermark={"max_delay": "PT1M"}, output="/o", store_path="/s",
 )
 operator.run_lineage = RunLineage("windowed_aggregate", "p", ["/e"], ["/o"], 1, 0)

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_wm.arguments import emit_partition_keys_argument, require_paths
+from airflow_provider_wm.arguments import emit_partition_keys_argument, require_bool
 from airflow_provider_wm.contracts import (
     WatermarkReached,
     WatermarkRecord,
@@ -39,10 +39,17 @@ from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.operators.windowed_arguments import (
     Duration,
+    check_rollup_arguments,
+    enum_argument,
+    events_format_argument,
     global_window,
+    keys_argument,
+    output_paths,
+    output_stream_argument,
     parse_aggregates,
-    parse_inputs,
+    parse_merge,
     parse_watermark,
+    read_per_run,
     session,
     sliding,
     tumbling,
@@ -104,8 +111,8 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         )
 
     :param pipeline: the aggregate's name (its Variable, its folder in the store).
-    :param events: the events dataset (``events_format``, default Parquet); for a rollup, the upstream's panes
-        (default: the upstream operator's ``output``). Templated.
+    :param events: the events dataset (``events_format``: ``"parquet"``, default, ``"orc"`` or ``"json"``); for a
+        rollup, the upstream's panes (default: the upstream operator's ``output``). Templated.
     :param event_time: the event-time column (timestamp, date, epoch ms or ISO-8601 string); not for rollups.
     :param window: ``tumbling(...)``, ``sliding(...)``, ``session(...)`` or ``global_window()``; for a rollup
         ``None`` (the upstream's windows) or a tumbling multiple of the upstream's.
@@ -170,7 +177,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         upstream: UpstreamPanes | WindowedAggregateOperator | None = None,
         inputs: Mapping[str, Mapping[str, Any]] | None = None,
         idle_timeout: Duration | None = None,
-        when_all_idle: str = "wait",
+        when_all_idle: str | None = None,
         keys: Sequence[str] = (),
         allowed_lateness: Duration = 0,
         accumulation: str | Accumulation = Accumulation.ACCUMULATING,
@@ -189,6 +196,9 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     ) -> None:
         super().__init__(store_path=store_path, **kwargs)
         self.emit_partition_keys = emit_partition_keys_argument(emit_partition_keys, self.asset)
+        require_bool(
+            early_firing=early_firing, late_firing=late_firing, fire_only_updated_panes=fire_only_updated_panes
+        )
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         upstream_panes = self._upstream_panes(upstream)
@@ -197,49 +207,46 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             watermark = {"stream": upstream.output_stream} if watermark is None else watermark
         elif upstream_panes is not None and watermark is None:
             watermark = {"stream": upstream_panes.pipeline}
-        self.inputs: list[dict[str, Any]] = []
-        if inputs is not None:
-            if events is not None or event_time is not None or watermark is not None or upstream is not None:
-                raise ValueError("inputs= gives each input its events, event_time and watermark: not also events=, "
-                                 "event_time=, watermark= or upstream=")  # fmt: skip
-            self.inputs, input_watermarks = parse_inputs(inputs)
-            timeout = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")
-            watermark = MergedWatermark(tuple(input_watermarks), timeout or None, when_all_idle)
-            if timeout == 0:
-                raise ValueError(f"idle_timeout={idle_timeout!r} must be positive (zero would make every input idle)")
-        elif idle_timeout is not None:
-            raise ValueError(f"idle_timeout={idle_timeout!r} applies to merged inputs= only")
+        events_format = events_format_argument(events_format)
+        self.inputs, merged = parse_merge(
+            inputs, idle_timeout, when_all_idle, events=events, event_time=event_time, watermark=watermark,
+            upstream=upstream, arrival_column=arrival_column,
+            events_format=None if events_format == "parquet" else events_format,
+        )  # fmt: skip
+        if merged is not None:
+            watermark = merged
         elif upstream_panes is None and event_time is None:
             raise ValueError("event_time=None: name the event-time column (or give upstream= to roll up panes)")
+        elif upstream_panes is not None:
+            check_rollup_arguments(upstream_panes, self.pipeline, event_time, arrival_column, events_format)
         if watermark is None:
             raise ValueError("watermark=None: give {'stream': name} or {'max_delay': duration}")
-        require_paths(output=output, store_path=store_path, **({} if self.inputs else {"events": events}))
-        if isinstance(keys, str):
-            raise ValueError(f"keys={keys!r} must be a list of column names, not a string")
-        if isinstance(accumulation, str) and accumulation.upper() not in Accumulation.__members__:
-            raise ValueError(f"accumulation={accumulation!r} must be one of {[a.value for a in Accumulation]}")
+        sources = {f"inputs[{i['name']!r}].events": i["events"] for i in self.inputs} or {"events": events}
+        self.late_output = output_paths(output, late_output, store_path, sources)
         self.spec = AggregationSpec(
             window=window,
             aggregates=parse_aggregates(aggregates, [i["name"] for i in self.inputs]),
-            keys=tuple(keys),
+            keys=keys_argument(keys),
             watermark=parse_watermark(watermark),
             allowed_lateness_ms=duration_ms(allowed_lateness, "allowed_lateness"),
-            accumulation=Accumulation(accumulation.upper() if isinstance(accumulation, str) else accumulation),
-            early_firing=bool(early_firing),
-            late_firing=bool(late_firing),
+            accumulation=enum_argument(accumulation, Accumulation, "accumulation"),
+            early_firing=early_firing,
+            late_firing=late_firing,
             early_firing_count=early_firing_count,
             late_firing_count=late_firing_count,
-            fire_only_updated_panes=bool(fire_only_updated_panes),
+            fire_only_updated_panes=fire_only_updated_panes,
             upstream=upstream_panes,
-            late_data=late_data,  # type: ignore[arg-type]
+            late_data=enum_argument(late_data, LateData, "late_data"),
         )
+        output_stream_argument(self.output_stream, self.spec.watermark)
         for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):
             if column is not None:
                 column_name(column, argument)
+        if upstream_panes is None and not self.inputs:
+            read_per_run(events, arrival_column)  # type: ignore[arg-type]
         self.events, self.event_time, self.events_format = events, event_time, events_format
         self.arrival_column = arrival_column
         self.output_path = output  # BaseOperator.output is the XComArg
-        self.late_output = late_output or f"{output.rstrip('/')}_late"
 
     def watermarks_page_query(self) -> dict[str, str]:
         """Where this task belongs on the Watermarks page (its extra link)."""

@@ -5,11 +5,13 @@ values (:mod:`airflow_provider_wm.core.windowing`). An error names the argument 
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.core.coalescing import check_policy
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.core.windowing import (
     ROW_COLUMN,
@@ -18,6 +20,7 @@ from airflow_provider_wm.core.windowing import (
     MergedWatermark,
     SqlAggregate,
     StoreWatermark,
+    UpstreamPanes,
     WatermarkPolicy,
     input_column,
 )
@@ -26,18 +29,30 @@ from airflow_provider_wm.hooks.watermark_store import validate_name
 from airflow_provider_wm.timeutil import duration_ms
 
 __all__ = [
+    "EVENTS_FORMATS",
     "Duration",
+    "check_rollup_arguments",
+    "enum_argument",
+    "events_format_argument",
     "global_window",
+    "kept_apart",
+    "keys_argument",
+    "output_paths",
+    "output_stream_argument",
     "parse_aggregates",
     "parse_inputs",
+    "parse_merge",
     "parse_watermark",
+    "read_per_run",
     "session",
     "sliding",
     "tumbling",
+    "when_all_idle_argument",
 ]
 
 
 Duration = dt.timedelta | float | str
+E = TypeVar("E", bound=enum.Enum)
 
 
 def tumbling(size: Duration, offset: Duration = 0) -> Tumbling:
@@ -108,20 +123,60 @@ def parse_aggregates(
     raise ValueError(f"aggregates={aggregates!r} must be a mapping of output name -> aggregate")
 
 
-def parse_watermark(watermark: Mapping[str, Any] | WatermarkPolicy) -> WatermarkPolicy:
+def parse_watermark(watermark: Mapping[str, Any] | WatermarkPolicy, argument: str = "watermark") -> WatermarkPolicy:
     """``{"stream": "orders"}`` (optionally ``"wm_key"``): the store's watermark of a stream;
-    ``{"max_delay": "PT1M"}``: the highest event time seen so far minus the delay."""
+    ``{"max_delay": "PT1M"}``: the highest event time seen so far minus the delay.
+
+    >>> parse_watermark("orders", "inputs['orders'].watermark")
+    Traceback (most recent call last):
+    ...
+    ValueError: inputs['orders'].watermark='orders' must be {'stream': name} or {'max_delay': duration}
+    """
     if isinstance(watermark, StoreWatermark | BoundedOutOfOrderness | MergedWatermark):
         return watermark
     if isinstance(watermark, Mapping):
         if set(watermark) <= {"stream", "wm_key"} and watermark.get("stream"):
+            wm_key = watermark.get("wm_key")
             return StoreWatermark(
-                validate_name(watermark["stream"], "watermark.stream"),
-                None if watermark.get("wm_key") is None else validate_name(watermark["wm_key"], "watermark.wm_key"),
+                validate_name(watermark["stream"], f"{argument}.stream"),
+                None if wm_key is None else validate_name(wm_key, f"{argument}.wm_key"),
             )
         if set(watermark) == {"max_delay"}:
-            return BoundedOutOfOrderness(duration_ms(watermark["max_delay"], "watermark.max_delay"))
-    raise ValueError(f"watermark={watermark!r} must be {{'stream': name}} or {{'max_delay': duration}}")
+            return BoundedOutOfOrderness(duration_ms(watermark["max_delay"], f"{argument}.max_delay"))
+    raise ValueError(f"{argument}={watermark!r} must be {{'stream': name}} or {{'max_delay': duration}}")
+
+
+def parse_merge(
+    inputs: Mapping[str, Mapping[str, Any]] | None,
+    idle_timeout: Duration | None,
+    when_all_idle: str | None,
+    **not_also: Any,
+) -> tuple[list[dict[str, Any]], MergedWatermark | None]:
+    """A merge's inputs (:func:`parse_inputs`) and watermark; ``idle_timeout`` and ``when_all_idle`` (``"wait"``
+    or ``"highest"``, any case) only with ``inputs``, and none of the single-input arguments ``not_also``.
+
+    >>> parse_merge(None, None, "highest")
+    Traceback (most recent call last):
+    ...
+    ValueError: when_all_idle='highest' applies to merged inputs= only
+    """
+    if inputs is None:
+        for argument, value in (("idle_timeout", idle_timeout), ("when_all_idle", when_all_idle)):
+            if value is not None:
+                raise ValueError(f"{argument}={value!r} applies to merged inputs= only")
+        return [], None
+    given = [f"{argument}={value!r}" for argument, value in not_also.items() if value is not None]
+    if given:
+        raise ValueError(
+            "inputs= gives each input its events, event_time, watermark, arrival_column and events_format: not also "
+            + ", ".join(given)
+        )
+    parsed, watermarks = parse_inputs(inputs)
+    timeout = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")
+    if timeout == 0:
+        raise ValueError(f"idle_timeout={idle_timeout!r} must be positive (zero would make every input idle)")
+    idle = "wait" if when_all_idle is None else when_all_idle_argument(when_all_idle)
+    return parsed, MergedWatermark(tuple(watermarks), timeout, idle)
 
 
 _INPUT_FIELDS = {"events", "event_time", "watermark", "arrival_column", "events_format"}
@@ -142,20 +197,191 @@ def parse_inputs(
         if unknown:
             raise ValueError(f"inputs[{name!r}]: unknown fields {unknown}; use {sorted(_INPUT_FIELDS)}")
         require_paths(**{f"inputs[{name!r}].events": spec["events"]})
-        policy = parse_watermark(spec["watermark"])
+        policy = parse_watermark(spec["watermark"], f"inputs[{name!r}].watermark")
         if not isinstance(policy, StoreWatermark):
             raise ValueError(f"inputs[{name!r}].watermark={spec['watermark']!r} must be {{'stream': name}}")
         for argument in ("event_time", "arrival_column"):
             if spec.get(argument) is not None:
                 column_name(spec[argument], f"inputs[{name!r}].{argument}")
+        events_format = events_format_argument(spec.get("events_format", "parquet"), f"inputs[{name!r}].events_format")
+        read_per_run(spec["events"], spec.get("arrival_column"), f"inputs[{name!r}].")
         parsed.append(
             {
                 "name": name,
                 "events": spec["events"],
                 "event_time": spec["event_time"],
                 "arrival_column": spec.get("arrival_column"),
-                "events_format": spec.get("events_format", "parquet"),
+                "events_format": events_format,
             }
         )
         watermarks.append((name, policy))
     return parsed, watermarks
+
+
+#: what the Spark job reads ``events`` as: ``spark.read.format(f).load(path)``, with no reader options, so only
+#: formats that carry (or infer) column names: not CSV (no header option) nor text
+EVENTS_FORMATS = ("parquet", "orc", "json")
+
+
+def events_format_argument(value: object, argument: str = "events_format") -> str:
+    """The events' format in lower case, one of :data:`EVENTS_FORMATS`.
+
+    >>> events_format_argument("Parquet")
+    'parquet'
+    >>> events_format_argument("csv")
+    Traceback (most recent call last):
+    ...
+    ValueError: events_format='csv' must be one of 'parquet', 'orc', 'json' (the Spark job reads them without options)
+    """
+    if not isinstance(value, str) or value.lower() not in EVENTS_FORMATS:
+        formats = ", ".join(map(repr, EVENTS_FORMATS))
+        raise ValueError(f"{argument}={value!r} must be one of {formats} (the Spark job reads them without options)")
+    return value.lower()
+
+
+def enum_argument(value: object, kind: type[E], argument: str) -> E:
+    """``value`` as a member of ``kind``: the member itself, or its value or name in any case.
+
+    >>> from airflow_provider_wm.core.windowing import Accumulation, LateData
+    >>> enum_argument("discarding", Accumulation, "accumulation"), enum_argument("WINDOW_END", LateData, "late_data")
+    (<Accumulation.DISCARDING: 'DISCARDING'>, <LateData.WINDOW_END: 'window_end'>)
+    >>> enum_argument(None, Accumulation, "accumulation")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: accumulation=None must be one of ['DISCARDING', 'ACCUMULATING', ...]
+    """
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        for member in kind:
+            if value.lower() in (member.name.lower(), str(member.value).lower()):
+                return member
+    raise ValueError(f"{argument}={value!r} must be one of {[member.value for member in kind]}")
+
+
+def keys_argument(keys: object) -> tuple[str, ...]:
+    """The grouping columns as a tuple: a list or tuple of names, not one name.
+
+    >>> keys_argument(["region"]), keys_argument(())
+    (('region',), ())
+    >>> keys_argument("region")
+    Traceback (most recent call last):
+    ...
+    ValueError: keys='region' must be a list of column names
+    """
+    if isinstance(keys, str) or not isinstance(keys, Sequence):
+        raise ValueError(f"keys={keys!r} must be a list of column names")
+    return tuple(keys)
+
+
+def when_all_idle_argument(value: object) -> str:
+    """``"wait"`` or ``"highest"``, in any case.
+
+    >>> when_all_idle_argument("HIGHEST")
+    'highest'
+    """
+    return check_policy(value.lower() if isinstance(value, str) else value, "when_all_idle")
+
+
+def read_per_run(events: str, arrival_column: str | None, prefix: str = "") -> None:
+    """Each run must read only its own new events: by ``arrival_column``, or from an ``events`` path templated
+    per run. Without either every run rereads the whole path and counts the same events again.
+
+    >>> read_per_run("/data/orders/ingest_date={{ ds }}", None)
+    >>> read_per_run("/data/orders", None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: events='/data/orders' with arrival_column=None: without an arrival column every run reads ...
+    """
+    if arrival_column is None and "{{" not in events:
+        raise ValueError(
+            f"{prefix}events={events!r} with {prefix}arrival_column=None: without an arrival column every run reads "
+            "the whole path again and counts its events again, so the events path must be templated per run "
+            "(e.g. '.../ingest_date={{ ds }}'), or name the arrival_column"
+        )
+
+
+def kept_apart(writes: Mapping[str, str], reads: Mapping[str, str]) -> None:
+    """A path the aggregate writes must not be, hold, or lie inside another path it writes or reads (trailing
+    slashes aside): the writes would overwrite each other, or the next run would read its own output.
+
+    >>> kept_apart({"output": "/data/panes", "late_output": "/data/panes_late"}, {"events": "/data/orders"})
+    >>> kept_apart({"output": "/data/panes", "late_output": "/data/panes/late"}, {})
+    Traceback (most recent call last):
+    ...
+    ValueError: late_output='/data/panes/late' lies inside output='/data/panes': give each its own
+    """
+    named = [*writes.items(), *reads.items()]
+    for index, (argument, path) in enumerate(named[: len(writes)]):
+        for other, other_path in named[index + 1 :]:
+            if path.rstrip("/") == other_path.rstrip("/"):
+                raise ValueError(f"{argument}={path!r} is the same path as {other}={other_path!r}: give each its own")
+            for (inner, inner_path), (outer, outer_path) in (
+                ((argument, path), (other, other_path)),
+                ((other, other_path), (argument, path)),
+            ):
+                if inner_path.rstrip("/").startswith(f"{outer_path.rstrip('/')}/"):
+                    raise ValueError(f"{inner}={inner_path!r} lies inside {outer}={outer_path!r}: give each its own")
+
+
+def output_paths(output: str, late_output: str | None, store_path: str, sources: Mapping[str, Any]) -> str:
+    """``late_output`` (default ``<output>_late``) once every path is given and the outputs are
+    :func:`kept_apart` from each other and from the ``sources``.
+
+    >>> output_paths("/data/panes/", None, "/data/wm", {"events": "/data/orders/{{ ds }}"})
+    '/data/panes_late'
+    >>> output_paths("/data/panes", "", "/data/wm", {"events": "/data/orders/{{ ds }}"})
+    Traceback (most recent call last):
+    ...
+    ValueError: late_output='' must be a non-empty path or URL
+    """
+    require_paths(output=output, store_path=store_path, **sources)
+    late_output = f"{output.rstrip('/')}_late" if late_output is None else late_output
+    require_paths(late_output=late_output)
+    kept_apart({"output": output, "late_output": late_output}, sources)
+    return late_output
+
+
+def output_stream_argument(output_stream: str, watermark: WatermarkPolicy) -> str:
+    """The stream the aggregate publishes must not be one its watermark follows: the store refuses a second
+    producer of a stream, so every run would compute its panes and then fail to publish.
+
+    >>> output_stream_argument("orders", StoreWatermark("orders"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: output_stream='orders' is the stream its watermark follows: ...
+    """
+    policies = [policy for _, policy in watermark.inputs] if isinstance(watermark, MergedWatermark) else [watermark]
+    if any(isinstance(policy, StoreWatermark) and policy.stream == output_stream for policy in policies):
+        raise ValueError(
+            f"output_stream={output_stream!r} is the stream its watermark follows: the aggregate publishes the "
+            "watermark of its own output under another name (output_stream= defaults to the pipeline's name)"
+        )
+    return output_stream
+
+
+def check_rollup_arguments(
+    upstream: UpstreamPanes, pipeline: str, event_time: str | None, arrival_column: str | None, events_format: str
+) -> None:
+    """A rollup reads another aggregate's Parquet panes, by the versions that aggregate committed: an event-time
+    or arrival column, or another format, would be ignored, and its own panes would be read as its input.
+
+    >>> five_minutes = UpstreamPanes("orders_5m", Tumbling(300_000))
+    >>> check_rollup_arguments(five_minutes, "orders_1h", "t", None, "parquet")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: event_time='t' with upstream=: a rollup reads the upstream's panes ...: leave it out
+    """
+    if upstream.pipeline == pipeline:
+        raise ValueError(
+            f"upstream=UpstreamPanes({upstream.pipeline!r}, ...) is pipeline={pipeline!r} itself: a rollup reads "
+            "another aggregate's panes"
+        )
+    for argument, value in (("event_time", event_time), ("arrival_column", arrival_column)):
+        if value is not None:
+            raise ValueError(
+                f"{argument}={value!r} with upstream=: a rollup reads the upstream's panes (by the versions it "
+                "committed), not by an event-time or arrival column: leave it out"
+            )
+    if events_format != "parquet":
+        raise ValueError(f"events_format={events_format!r} with upstream=: a rollup reads the upstream's Parquet panes")

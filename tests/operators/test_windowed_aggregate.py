@@ -39,6 +39,7 @@ REQUIRED = {
     "pipeline": "w1",
     "events": "/events",
     "event_time": "event_time",
+    "arrival_column": "ingested_at",
     "window": tumbling("PT5M"),
     "aggregates": {"n": "count(*)"},
     "output": "/out",
@@ -295,7 +296,7 @@ def test_rows_without_an_arrival_are_quarantined_and_counted_by_every_run_never_
 
 
 def test_a_run_with_rows_without_an_arrival_warns_naming_the_column_and_the_count(capsys):
-    op = WindowedAggregateOperator(**{**REQUIRED, "arrival_column": "ingested_at"})
+    op = WindowedAggregateOperator(**REQUIRED)
     manifest = WindowedManifest.from_json(
         {
             "pipeline": "w1", "run_id": "r", "version": 3, "watermark_ms": None, "previous_watermark_ms": None,
@@ -373,8 +374,8 @@ MERGE = {
     "task_id": "m",
     "pipeline": "m",
     "inputs": {
-        "orders": {"events": "/orders", "event_time": "t", "watermark": {"stream": "orders"}},
-        "deliveries": {"events": "/deliveries", "event_time": "t", "watermark": {"stream": "deliveries"}},
+        "orders": {"events": "/orders", "event_time": "t", "arrival_column": "a", "watermark": {"stream": "orders"}},
+        "deliveries": {"events": "/deliveries/{{ ds }}", "event_time": "t", "watermark": {"stream": "deliveries"}},
     },
     "window": tumbling("PT10M"),
     "aggregates": {"n": "count(orders.*)", "d": "count(deliveries.*)"},
