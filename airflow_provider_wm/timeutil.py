@@ -68,9 +68,11 @@ def duration_ms(value: Any, argument: str, *, positive: bool = False) -> int:
     ValueError: window size='P30M' has a years or months component: months and years have no fixed length; ...
     """
     if isinstance(value, dt.timedelta):
+        if getattr(value, "years", 0) or getattr(value, "months", 0):  # a pendulum Duration
+            raise ValueError(f"{argument}={value!r} {_NO_FIXED_LENGTH}")
         if value < dt.timedelta(0):
             raise ValueError(f"{argument}=-{-value} (a timedelta) must not be negative")
-        microseconds = value // dt.timedelta(microseconds=1)
+        microseconds = _microseconds(value)
         nonzero, ms = microseconds > 0, (microseconds + 500) // 1000
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
@@ -106,7 +108,12 @@ def _iso_microseconds(value: str, argument: str) -> int:
         raise ValueError(f"{argument}={value!r} is not an ISO-8601 duration such as PT10M")
     if parsed.years or parsed.months:
         raise ValueError(f"{argument}={value!r} {_NO_FIXED_LENGTH}")
-    microseconds = (parsed.days * 86_400 + parsed.seconds) * 1_000_000 + parsed.microseconds
+    microseconds = _microseconds(parsed)
     if negative and microseconds:
         raise ValueError(f"{argument}={value!r} must not be negative")
     return microseconds
+
+
+def _microseconds(value: dt.timedelta) -> int:
+    """Exact whole microseconds (``value // timedelta(microseconds=1)`` fails for a pendulum ``Duration``)."""
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds

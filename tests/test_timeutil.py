@@ -7,6 +7,7 @@ import math
 import re
 from datetime import UTC, datetime, timedelta
 
+import pendulum
 import pytest
 
 from airflow_provider_wm import timeutil
@@ -57,6 +58,7 @@ def test_to_epoch_ms_is_exact_to_the_millisecond(value, expected):
         ("PT16.281S", 16_281),
         (timedelta(microseconds=1_500), 2),
         (timedelta.max, MAX_DURATION_MS),
+        (pendulum.duration(seconds=16, microseconds=281_000), 16_281),
     ],
 )
 def test_duration_ms_is_exact_to_the_millisecond(value, expected):
@@ -81,6 +83,8 @@ def test_months_and_years_have_no_fixed_length_and_are_refused_naming_the_argume
     with pytest.raises(ValueError, match=re.escape(f"window size={value!r} has a years or months component")) as info:
         duration_ms(value, "window size")
     assert "no fixed length; give minutes as PT30M or days as P30D" in str(info.value)
+    with pytest.raises(ValueError, match=r"^window size=Duration\(months=30\) has a years or months component"):
+        duration_ms(pendulum.duration(months=30), "window size")
 
 
 @pytest.mark.parametrize(
