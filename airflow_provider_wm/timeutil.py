@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import math
 from typing import Any
 
 import pendulum
 
-from airflow_provider_wm.core.times import format_ms
+from airflow_provider_wm.core.times import epoch_ms, format_ms
 
-__all__ = ["duration_ms", "format_ms", "is_templated", "to_epoch_ms"]
+__all__ = ["MAX_DURATION_MS", "duration_ms", "format_ms", "is_templated", "to_epoch_ms"]
 
 
 def is_templated(value: Any) -> bool:
@@ -32,7 +31,7 @@ def to_epoch_ms(value: Any, argument: str) -> int:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             raise ValueError(f"{argument}={value!r} has no time zone; pass an aware datetime")
-        return _exact_ms(value)
+        return epoch_ms(value)
     if isinstance(value, str):
         text = value.strip()
         if text.lstrip("-").isdigit():
@@ -43,34 +42,78 @@ def to_epoch_ms(value: Any, argument: str) -> int:
             raise ValueError(f"{argument}={value!r} is not an ISO-8601 date-time or epoch milliseconds") from exc
         if not isinstance(parsed, dt.datetime):
             raise ValueError(f"{argument}={value!r} is not a date-time")
-        return _exact_ms(parsed)
+        return epoch_ms(parsed)
     raise ValueError(f"{argument}={value!r} is not a time (ISO-8601 string, datetime or epoch ms)")
 
 
-def _exact_ms(value: dt.datetime) -> int:
-    """Whole epoch milliseconds by integer arithmetic (``timestamp() * 1000`` through a float can be 1 ms short:
-    16.281 s gives 16280)."""
-    return calendar.timegm(value.utctimetuple()) * 1000 + value.microsecond // 1000
+MAX_DURATION_MS = dt.timedelta.max // dt.timedelta(milliseconds=1)
+"""The longest duration: ``timedelta.max`` (999999999 days), so every duration is also a ``timedelta``."""
+_MAX_DAYS = dt.timedelta.max.days
+
+_NO_FIXED_LENGTH = (
+    "has a years or months component: months and years have no fixed length; give minutes as PT30M or days as P30D"
+)
 
 
-def duration_ms(value: Any, argument: str) -> int:
-    """A non-negative duration: ``timedelta``, seconds (int/float) or ISO-8601 (``PT10M``) -> ms."""
+def duration_ms(value: Any, argument: str, *, positive: bool = False) -> int:
+    """A non-negative duration (``positive``: above zero): ``timedelta``, seconds (int/float) or ISO-8601
+    (``PT10M``) -> whole milliseconds by integer arithmetic (a float of seconds is rounded to the nearest ms).
+    Months and years (``P1M``) have no fixed length and are refused, as is a duration shorter than 1 ms.
+
+    >>> duration_ms(16.281, "grace_period"), duration_ms("PT1.001S", "d"), duration_ms(dt.timedelta(minutes=5), "d")
+    (16281, 1001, 300000)
+    >>> duration_ms("P30M", "window size")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: window size='P30M' has a years or months component: months and years have no fixed length; ...
+    """
     if isinstance(value, dt.timedelta):
-        ms = int(value.total_seconds() * 1000)
+        if getattr(value, "years", 0) or getattr(value, "months", 0):  # a pendulum Duration
+            raise ValueError(f"{argument}={value!r} {_NO_FIXED_LENGTH}")
+        if value < dt.timedelta(0):
+            raise ValueError(f"{argument}=-{-value} (a timedelta) must not be negative")
+        microseconds = _microseconds(value)
+        nonzero, ms = microseconds > 0, (microseconds + 500) // 1000
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
             raise ValueError(f"{argument}={value!r} is not a finite number of seconds")
-        ms = int(value * 1000)
+        if value < 0:
+            raise ValueError(f"{argument}={value!r} must not be negative")
+        if value > MAX_DURATION_MS // 1000:
+            raise ValueError(f"{argument}={value!r} is too large: at most {_MAX_DAYS} days")
+        nonzero, ms = value > 0, (value * 1000 if isinstance(value, int) else round(value * 1000))
     elif isinstance(value, str):
-        try:
-            parsed = pendulum.parse(value.strip())
-        except Exception as exc:
-            raise ValueError(f"{argument}={value!r} is not an ISO-8601 duration such as PT10M") from exc
-        if not isinstance(parsed, dt.timedelta):
-            raise ValueError(f"{argument}={value!r} is not an ISO-8601 duration such as PT10M")
-        ms = int(parsed.total_seconds() * 1000)
+        microseconds = _iso_microseconds(value, argument)
+        nonzero, ms = microseconds > 0, (microseconds + 500) // 1000
     else:
         raise ValueError(f"{argument}={value!r} is not a duration (timedelta, seconds or ISO-8601)")
-    if ms < 0:
+    if nonzero and not ms:
+        raise ValueError(f"{argument}={value!r} is shorter than a millisecond, the unit of every duration")
+    if positive and not ms:
+        raise ValueError(f"{argument}={value!r} must be positive")
+    return min(ms, MAX_DURATION_MS)
+
+
+def _iso_microseconds(value: str, argument: str) -> int:
+    """An ISO-8601 duration in exact microseconds; a negative one (``-PT20M``, ``PT-5M``) is named as such."""
+    text = value.strip()
+    negative = text.startswith("-") or (text[:1] in ("P", "p") and "-" in text)
+    try:
+        parsed = pendulum.parse(text.replace("-", "") if negative else text)
+    except OverflowError as exc:
+        raise ValueError(f"{argument}={value!r} is too large: at most {_MAX_DAYS} days") from exc
+    except Exception as exc:
+        raise ValueError(f"{argument}={value!r} is not an ISO-8601 duration such as PT10M") from exc
+    if not isinstance(parsed, pendulum.Duration):
+        raise ValueError(f"{argument}={value!r} is not an ISO-8601 duration such as PT10M")
+    if parsed.years or parsed.months:
+        raise ValueError(f"{argument}={value!r} {_NO_FIXED_LENGTH}")
+    microseconds = _microseconds(parsed)
+    if negative and microseconds:
         raise ValueError(f"{argument}={value!r} must not be negative")
-    return ms
+    return microseconds
+
+
+def _microseconds(value: dt.timedelta) -> int:
+    """Exact whole microseconds (``value // timedelta(microseconds=1)`` fails for a pendulum ``Duration``)."""
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds

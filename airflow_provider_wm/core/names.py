@@ -26,6 +26,7 @@ __all__ = [
     "parse_input",
     "parse_inputs",
     "split_label",
+    "stream_name",
     "watermark_label",
 ]
 
@@ -56,6 +57,25 @@ def column_name(value: object, argument: str) -> str:
 def is_valid_stream_name(name: object) -> bool:
     """``orders-eu.v1`` is valid; ``../etc``, ``a/b`` and ``""`` are not."""
     return isinstance(name, str) and _STREAM_NAME.fullmatch(name) is not None
+
+
+def stream_name(value: object, argument: str) -> str:
+    """``value`` if it is a valid stream (or pipeline, ``wm_key``) name, else an error naming ``argument`` and
+    the value.
+
+    >>> stream_name("orders_5m", "upstream.pipeline")
+    'orders_5m'
+    >>> stream_name("a/b", "watermark.stream")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: watermark.stream='a/b' is not a valid name: use letters, digits, '.', '_' or '-', starting with ...
+    """
+    if not is_valid_stream_name(value):
+        raise ValueError(
+            f"{argument}={value!r} is not a valid name: use letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (at most 200 characters)"
+        )
+    return str(value)
 
 
 def watermark_label(stream: str, wm_key: str | None) -> str:

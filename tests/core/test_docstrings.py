@@ -15,7 +15,6 @@ WITHOUT_EXAMPLES = {
     "airflow_provider_wm.core",
     "airflow_provider_wm.core.controller.records",
     "airflow_provider_wm.core.monitoring",
-    "airflow_provider_wm.core.windowing.modes",
     "airflow_provider_wm.core.windowing.state",
 }
 MODULES = sorted(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from airflow_provider_wm.core.names import parse_inputs
+from airflow_provider_wm.core.names import parse_inputs, stream_name
 
 
 def test_parse_inputs_reads_keys_and_rejects_duplicates_and_bad_names():
@@ -23,3 +25,10 @@ def test_parse_inputs_reads_keys_and_rejects_duplicates_and_bad_names():
     ]:
         with pytest.raises(ValueError, match=message):
             parse_inputs(bad, "streams")
+
+
+@pytest.mark.parametrize("value", ["a/b", "", None, "../etc", "x" * 201, "orders:eu"])
+def test_stream_name_refuses_a_name_that_is_no_path_component_naming_the_argument(value):
+    with pytest.raises(ValueError, match=rf"^upstream\.pipeline={re.escape(repr(value))} is not a valid name"):
+        stream_name(value, "upstream.pipeline")
+    assert stream_name("orders-eu.v1", "upstream.pipeline") == "orders-eu.v1"

@@ -194,6 +194,18 @@ def test_composite_partitioning_concatenates_pieces_sorted_by_start():
     ]
 
 
+@pytest.mark.parametrize(
+    ("text", "timezone", "expected"),
+    [
+        ("1970-01-01T00:00:16.281", "UTC", 16_281),  # through a float of seconds, 16280
+        ("1970-01-01T01:00:16.281+01:00", "UTC", 16_281),
+        ("2020-03-29T02:30:00.007", "Europe/Berlin", 1_585_445_400_007),  # in the DST gap: the earlier offset
+    ],
+)
+def test_iso_ms_is_exact_to_the_millisecond(text, timezone, expected):
+    assert iso_ms(text, timezone) == expected
+
+
 def test_dynamic_bounds_resolve_against_the_runs_now_in_the_time_zone():
     now = iso_ms("2020-02-21T13:47:12")
     assert TimeBound.parse("P0D", "to").resolve(now, "UTC") == iso_ms("2020-02-21")

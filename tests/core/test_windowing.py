@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import replace
 from itertools import pairwise
@@ -247,7 +248,8 @@ def test_watermark_never_goes_back():
         ({"aggregates": (Aggregate("pane", "count"),)}, "output columns"),
         ({"keys": ("bad key",)}, "keys\\[\\]='bad key'"),
         ({"window": "tumbling"}, "window='tumbling'"),
-        ({"accumulation": "ACCUMULATING"}, "accumulation="),
+        ({"accumulation": "SOMETIMES"}, "accumulation='SOMETIMES' must be one of"),
+        ({"accumulation": None}, "accumulation=None must be one of"),
     ],
 )
 def test_bad_specs_are_rejected_naming_the_argument(kwargs, message):
@@ -673,3 +675,56 @@ def test_window_end_drops_a_subset_of_what_event_time_drops_and_only_events_whos
         for event in closed:
             assert horizon is not None and all(w.end <= horizon for w in spec.window.assign(event.time_ms))
         state_time, state_end = r_time.state, r_end.state
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: StoreWatermark("a/b"), "watermark.stream='a/b' is not a valid name"),
+        (lambda: StoreWatermark(""), "watermark.stream='' is not a valid name"),
+        (lambda: StoreWatermark(None), "watermark.stream=None is not a valid name"),  # type: ignore[arg-type]
+        (lambda: StoreWatermark("orders", "../eu"), r"watermark.wm_key='../eu' is not a valid name"),
+        (lambda: UpstreamPanes("a/b", FIVE_MINUTES), "upstream.pipeline='a/b' is not a valid name"),
+        (lambda: UpstreamPanes("", FIVE_MINUTES), "upstream.pipeline='' is not a valid name"),
+        (lambda: UpstreamPanes("up", FIVE_MINUTES, "sometimes"), r"upstream.accumulation='sometimes' must be one of"),
+        (lambda: UpstreamPanes("up", FIVE_MINUTES, None), r"upstream.accumulation=None must be one of"),
+    ],
+)
+def test_a_store_watermark_or_upstream_with_a_bad_name_or_mode_fails_naming_the_argument(make, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        make()
+
+
+@pytest.mark.parametrize(
+    "text", ["ACCUMULATING_AND_RETRACTING", "accumulating_and_retracting", " Accumulating_And_Retracting "]
+)
+def test_upstream_panes_take_the_accumulation_as_its_value_in_any_case(text):
+    panes = UpstreamPanes("orders_5m", FIVE_MINUTES, text)
+    assert panes.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
+    assert panes == UpstreamPanes.from_json(panes.to_json())
+
+
+def test_a_spec_takes_the_accumulation_as_a_string_and_a_rollup_still_refuses_discarding():
+    spec = AggregationSpec(FIVE_MINUTES, SUM_V, (), StoreWatermark("s"), accumulation="discarding")  # type: ignore[arg-type]
+    assert spec.accumulation is Accumulation.DISCARDING
+    with pytest.raises(ValueError, match=r"^accumulation=DISCARDING: a rollup recomputes"):
+        AggregationSpec(
+            None, SUM_V, (), StoreWatermark("up"), accumulation="Discarding", upstream=UpstreamPanes("up", FIVE_MINUTES)
+        )
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: Aggregate("n", "sum"),
+            "aggregates['n'].column=None must be a column: sum needs one, as in sum(amount)",
+        ),
+        (lambda: Aggregate("n", "median", "x"), "aggregates['n'].function='median' must be one of count, sum"),
+        (lambda: Aggregate("n", "max", "a b"), "aggregates['n'].column='a b' must be a column name"),
+        (lambda: SqlAggregate("u", "", "x"), "aggregates['u'].partial='' must be a Spark SQL expression"),
+    ],
+)
+def test_an_aggregate_error_names_the_aggregate_and_the_value_as_aggregates_name(make, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        make()

@@ -11,6 +11,8 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from airflow_provider_wm.core.times import epoch_ms
+
 __all__ = [
     "ACCEPTED_BOUNDS",
     "DAY_MS",
@@ -48,7 +50,7 @@ def iso_ms(text: str, timezone: str = "UTC") -> int:
     parsed = dt.datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=zone_info(timezone, "timezone"))
-    return int(parsed.timestamp() * 1000)
+    return epoch_ms(parsed)
 
 
 def format_day(ms: int | None) -> str:
@@ -72,7 +74,7 @@ def _local(ms: int, zone: ZoneInfo) -> dt.datetime:
 
 def _epoch_ms(wall: dt.datetime, zone: ZoneInfo) -> int:
     """A wall-clock time in ``zone`` as epoch ms (the earlier instant when a DST change repeats it)."""
-    return int(wall.replace(tzinfo=zone, fold=0).timestamp() * 1000)
+    return epoch_ms(wall.replace(tzinfo=zone, fold=0))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,11 @@ class Aggregate:
     >>> Aggregate("total", "median", "amount")
     Traceback (most recent call last):
     ...
-    ValueError: aggregates[total].function='median' must be one of count, sum, min, max, avg (or use SqlAggregate)
+    ValueError: aggregates['total'].function='median' must be one of count, sum, min, max, avg (or use SqlAggregate)
+    >>> Aggregate("total", "sum")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: aggregates['total'].column=None must be a column: sum needs one, as in sum(amount) (...)
     """
 
     name: str
@@ -37,13 +41,16 @@ class Aggregate:
         column_name(self.name, "aggregates[].name")
         if self.function not in BUILTIN_FUNCTIONS:
             raise ValueError(
-                f"aggregates[{self.name}].function={self.function!r} must be one of {', '.join(BUILTIN_FUNCTIONS)} "
+                f"aggregates[{self.name!r}].function={self.function!r} must be one of {', '.join(BUILTIN_FUNCTIONS)} "
                 "(or use SqlAggregate)"
             )
         if self.column is None and self.function != "count":
-            raise ValueError(f"aggregates[{self.name}]: {self.function} needs a column")
+            raise ValueError(
+                f"aggregates[{self.name!r}].column=None must be a column: {self.function} needs one, as in "
+                f"{self.function}(amount) (count(*) counts rows)"
+            )
         if self.column is not None:
-            column_name(self.column, f"aggregates[{self.name}].column")
+            column_name(self.column, f"aggregates[{self.name!r}].column")
 
     # partial aggregates: count -> int; sum, min, max -> value or None; avg -> (sum or None, count)
 
@@ -109,9 +116,9 @@ class SqlAggregate:
         for argument in ("partial", "merge", "final"):
             value = getattr(self, argument)
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"aggregates[{self.name}].{argument}={value!r} must be a Spark SQL expression")
+                raise ValueError(f"aggregates[{self.name!r}].{argument}={value!r} must be a Spark SQL expression")
         for argument in ("merge", "final"):
             if "{partial}" not in getattr(self, argument):
                 raise ValueError(
-                    f"aggregates[{self.name}].{argument}={getattr(self, argument)!r} must refer to {{partial}}"
+                    f"aggregates[{self.name!r}].{argument}={getattr(self, argument)!r} must refer to {{partial}}"
                 )

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_provider_wm.core.names import column_name
+from airflow_provider_wm.core.names import column_name, stream_name
 from airflow_provider_wm.core.windowing.aggregates import OUTPUT_COLUMNS, Aggregate, SqlAggregate
 from airflow_provider_wm.core.windowing.lateness import LateData
-from airflow_provider_wm.core.windowing.modes import Accumulation
+from airflow_provider_wm.core.windowing.modes import Accumulation, parse_accumulation
 from airflow_provider_wm.core.windowing.watermark import (
     BoundedOutOfOrderness,
     MergedWatermark,
@@ -28,8 +28,11 @@ CARRIED_OVER = ("window", "keys", "aggregates", "accumulation", "upstream")
 @dataclass(frozen=True)
 class UpstreamPanes:
     """The windowed aggregate whose panes a rollup reads (window propagation): its pipeline, its window and
-    its accumulation mode (which panes are live, see the module docstring).
+    its accumulation mode (which panes are live, see the module docstring), an :class:`Accumulation` or its
+    value in any case.
 
+    >>> UpstreamPanes("orders_5m", Tumbling(300_000), "accumulating").accumulation
+    <Accumulation.ACCUMULATING: 'ACCUMULATING'>
     >>> UpstreamPanes("orders_5m", Session(60_000), Accumulation.ACCUMULATING)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -41,8 +44,7 @@ class UpstreamPanes:
     accumulation: Accumulation = Accumulation.ACCUMULATING
 
     def __post_init__(self) -> None:
-        if not isinstance(self.pipeline, str) or not self.pipeline:
-            raise ValueError(f"upstream pipeline={self.pipeline!r} must be a pipeline name")
+        stream_name(self.pipeline, "upstream.pipeline")
         if not isinstance(self.window, WindowFn):
             raise ValueError(f"upstream window={self.window!r} must be a Tumbling, Sliding or Global window")
         if self.window.merging:
@@ -50,8 +52,7 @@ class UpstreamPanes:
                 f"upstream window {self.window!r} merges windows: a rollup needs fixed windows (tumbling, sliding or "
                 "global)"
             )
-        if not isinstance(self.accumulation, Accumulation):
-            raise ValueError(f"upstream accumulation={self.accumulation!r} must be one of {list(Accumulation)}")
+        object.__setattr__(self, "accumulation", parse_accumulation(self.accumulation, "upstream.accumulation"))
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "window": self.window.to_json(), "accumulation": self.accumulation.value}
@@ -108,6 +109,7 @@ class AggregationSpec:
         if self.late_data not in tuple(LateData):
             raise ValueError(f"late_data={self.late_data!r} must be one of {[p.value for p in LateData]}")
         object.__setattr__(self, "late_data", LateData(self.late_data))
+        object.__setattr__(self, "accumulation", parse_accumulation(self.accumulation, "accumulation"))
         if self.upstream is not None:
             self._check_rollup(self.upstream)
         elif not isinstance(self.window, WindowFn):
@@ -132,8 +134,6 @@ class AggregationSpec:
         lateness = self.allowed_lateness_ms
         if isinstance(lateness, bool) or not isinstance(lateness, int) or lateness < 0:
             raise ValueError(f"allowed_lateness_ms={lateness!r} must be milliseconds >= 0")
-        if not isinstance(self.accumulation, Accumulation):
-            raise ValueError(f"accumulation={self.accumulation!r} must be one of {[a.value for a in Accumulation]}")
         if self.fire_only_updated_panes and self.accumulation is Accumulation.DISCARDING:
             raise ValueError(
                 "fire_only_updated_panes=True is invalid with accumulation=DISCARDING: every pane holds new data"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from airflow_provider_wm.core.coalescing import check_policy
-from airflow_provider_wm.core.names import column_name
+from airflow_provider_wm.core.names import column_name, stream_name
 
 __all__ = [
     "BoundedOutOfOrderness",
@@ -20,10 +20,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StoreWatermark:
-    """The watermark is a stream's watermark in the store (the controller's lower time)."""
+    """The watermark is a stream's watermark in the store (the controller's lower time); the stream (and its
+    ``wm_key``) must be valid names.
+
+    >>> StoreWatermark("a/b")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: watermark.stream='a/b' is not a valid name: ...
+    """
 
     stream: str
     wm_key: str | None = None
+
+    def __post_init__(self) -> None:
+        stream_name(self.stream, "watermark.stream")
+        if self.wm_key is not None:
+            stream_name(self.wm_key, "watermark.wm_key")
 
 
 @dataclass(frozen=True)
