@@ -30,6 +30,7 @@ from airflow_provider_wm.core.windowing import (
     StoreWatermark,
     UpstreamPanes,
     WatermarkPolicy,
+    enum_member,
     rollup_watermark,
     upstream_streams,
 )
@@ -40,7 +41,6 @@ from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkO
 from airflow_provider_wm.operators.windowed_arguments import (
     Duration,
     check_rollup_arguments,
-    enum_argument,
     events_format_argument,
     global_window,
     keys_argument,
@@ -229,14 +229,14 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             keys=keys_argument(keys),
             watermark=parse_watermark(watermark),
             allowed_lateness_ms=duration_ms(allowed_lateness, "allowed_lateness"),
-            accumulation=enum_argument(accumulation, Accumulation, "accumulation"),
+            accumulation=enum_member(accumulation, Accumulation, "accumulation"),
             early_firing=early_firing,
             late_firing=late_firing,
             early_firing_count=early_firing_count,
             late_firing_count=late_firing_count,
             fire_only_updated_panes=fire_only_updated_panes,
             upstream=upstream_panes,
-            late_data=enum_argument(late_data, LateData, "late_data"),
+            late_data=enum_member(late_data, LateData, "late_data"),
         )
         output_stream_argument(self.output_stream, self.spec.watermark)
         for argument, column in (("event_time", event_time), ("arrival_column", arrival_column)):

@@ -32,7 +32,6 @@ __all__ = [
     "EVENTS_FORMATS",
     "Duration",
     "check_rollup_arguments",
-    "enum_argument",
     "events_format_argument",
     "global_window",
     "kept_apart",
@@ -57,17 +56,21 @@ E = TypeVar("E", bound=enum.Enum)
 
 def tumbling(size: Duration, offset: Duration = 0) -> Tumbling:
     """``[k*size + offset, (k+1)*size + offset)``; durations as timedelta, seconds or ISO-8601 (``PT5M``)."""
-    return Tumbling(duration_ms(size, "window size"), duration_ms(offset, "window offset"))
+    return Tumbling(duration_ms(size, "window size", positive=True), duration_ms(offset, "window offset"))
 
 
 def sliding(size: Duration, slide: Duration, offset: Duration = 0) -> Sliding:
     """Windows of ``size`` every ``slide`` (``size`` a multiple of ``slide``)."""
-    return Sliding(duration_ms(size, "window size"), duration_ms(slide, "window slide"), duration_ms(offset, "offset"))
+    return Sliding(
+        duration_ms(size, "window size", positive=True),
+        duration_ms(slide, "window slide", positive=True),
+        duration_ms(offset, "window offset"),
+    )
 
 
 def session(gap: Duration) -> Session:
     """Per key, events at most ``gap`` apart share a session ``[first, last + gap)``."""
-    return Session(duration_ms(gap, "session gap"))
+    return Session(duration_ms(gap, "session gap", positive=True))
 
 
 def global_window() -> Global:
@@ -114,6 +117,8 @@ def parse_aggregates(
                 )
             if source is None and inputs and column not in (None, "*"):
                 raise ValueError(f"aggregates[{name!r}]={spec!r} must say which input: <input>.{column}")
+            if function != "count" and column in (None, "*"):
+                raise ValueError(f"aggregates[{name!r}]={spec!r} must name a column: {function}(col)")
             if source is not None:
                 column = input_column(source, ROW_COLUMN if column in (None, "*") else column)
             parsed.append(Aggregate(name, function, None if column in (None, "*") else column))
@@ -237,26 +242,6 @@ def events_format_argument(value: object, argument: str = "events_format") -> st
         formats = ", ".join(map(repr, EVENTS_FORMATS))
         raise ValueError(f"{argument}={value!r} must be one of {formats} (the Spark job reads them without options)")
     return value.lower()
-
-
-def enum_argument(value: object, kind: type[E], argument: str) -> E:
-    """``value`` as a member of ``kind``: the member itself, or its value or name in any case.
-
-    >>> from airflow_provider_wm.core.windowing import Accumulation, LateData
-    >>> enum_argument("discarding", Accumulation, "accumulation"), enum_argument("WINDOW_END", LateData, "late_data")
-    (<Accumulation.DISCARDING: 'DISCARDING'>, <LateData.WINDOW_END: 'window_end'>)
-    >>> enum_argument(None, Accumulation, "accumulation")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: accumulation=None must be one of ['DISCARDING', 'ACCUMULATING', ...]
-    """
-    if isinstance(value, kind):
-        return value
-    if isinstance(value, str):
-        for member in kind:
-            if value.lower() in (member.name.lower(), str(member.value).lower()):
-                return member
-    raise ValueError(f"{argument}={value!r} must be one of {[member.value for member in kind]}")
 
 
 def keys_argument(keys: object) -> tuple[str, ...]:

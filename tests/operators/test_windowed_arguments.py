@@ -4,6 +4,7 @@ or turn against its own data fails then, naming the argument and the value."""
 from __future__ import annotations
 
 import doctest
+import re
 
 import pytest
 
@@ -200,3 +201,21 @@ def test_without_an_arrival_column_a_merged_inputs_events_must_be_templated_per_
         WindowedAggregateOperator(**{**MERGE, "inputs": with_input("refunds", arrival_column=None)})
     templated = with_input("refunds", arrival_column=None, events="/data/refunds/{{ ds }}")
     assert WindowedAggregateOperator(**{**MERGE, "inputs": templated}).inputs[1]["events"] == "/data/refunds/{{ ds }}"
+
+
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [
+        (lambda: windowed_arguments.sliding("PT10M", "PT0S"), "window slide='PT0S' must be positive"),
+        (lambda: windowed_arguments.session(0.0), "session gap=0.0 must be positive"),
+    ],
+)
+def test_a_window_of_zero_length_is_refused_naming_what_the_author_wrote(window, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        window()
+
+
+@pytest.mark.parametrize("spec", ["sum(*)", "max()", "avg(orders.*)"])
+def test_an_aggregate_other_than_count_without_a_column_is_refused_showing_its_text(spec):
+    with pytest.raises(ValueError, match=rf"^aggregates\['n'\]='{re.escape(spec)}' must name a column"):
+        windowed_arguments.parse_aggregates({"n": spec}, ["orders"])

@@ -82,7 +82,7 @@ from __future__ import annotations
 from airflow_provider_wm.core.windowing.aggregates import OUTPUT_COLUMNS, Aggregate, SqlAggregate
 from airflow_provider_wm.core.windowing.lateness import TOO_LATE_REASONS, LateData, LateReason, is_open, too_late_reason
 from airflow_provider_wm.core.windowing.merge import ROW_COLUMN, input_column, merge_inputs
-from airflow_provider_wm.core.windowing.modes import Accumulation, Timing, parse_accumulation
+from airflow_provider_wm.core.windowing.modes import Accumulation, Timing, enum_member
 from airflow_provider_wm.core.windowing.rollup import pane_window_is_valid, rollup_watermark, run_on_panes
 from airflow_provider_wm.core.windowing.run import read_by_run, run
 from airflow_provider_wm.core.windowing.spec import CARRIED_OVER, AggregationSpec, UpstreamPanes
@@ -128,12 +128,12 @@ __all__ = [
     "UpstreamPanes",
     "WatermarkPolicy",
     "WindowState",
+    "enum_member",
     "input_column",
     "is_open",
     "merge_inputs",
     "next_watermark",
     "pane_window_is_valid",
-    "parse_accumulation",
     "read_by_run",
     "rollup_watermark",
     "run",

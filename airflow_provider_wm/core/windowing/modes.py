@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
 
-__all__ = ["Accumulation", "Timing", "parse_accumulation"]
+__all__ = ["Accumulation", "Timing", "enum_member"]
+
+
+E = TypeVar("E", bound=enum.Enum)
 
 
 class Accumulation(enum.StrEnum):
@@ -13,21 +17,25 @@ class Accumulation(enum.StrEnum):
     ACCUMULATING_AND_RETRACTING = "ACCUMULATING_AND_RETRACTING"
 
 
-def parse_accumulation(value: object, argument: str) -> Accumulation:
-    """An :class:`Accumulation` or its value in any case, else an error naming ``argument`` and the value.
+def enum_member(value: object, kind: type[E], argument: str) -> E:
+    """``value`` as a member of ``kind``: the member itself, or its name or value in any case, else an error naming
+    ``argument`` and the value.
 
-    >>> parse_accumulation("accumulating_and_retracting", "accumulation")
+    >>> enum_member("accumulating_and_retracting", Accumulation, "accumulation")
     <Accumulation.ACCUMULATING_AND_RETRACTING: 'ACCUMULATING_AND_RETRACTING'>
-    >>> parse_accumulation(None, "upstream.accumulation")
+    >>> enum_member(None, Accumulation, "upstream.accumulation")
     Traceback (most recent call last):
     ...
     ValueError: upstream.accumulation=None must be one of ['DISCARDING', 'ACCUMULATING', 'ACCUMULATING_AND_RETRACTING']
     """
-    if isinstance(value, Accumulation):
+    if isinstance(value, kind):
         return value
-    if isinstance(value, str) and value.strip().upper() in Accumulation.__members__:
-        return Accumulation[value.strip().upper()]
-    raise ValueError(f"{argument}={value!r} must be one of {[a.value for a in Accumulation]}")
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for member in kind:
+            if text in (member.name.lower(), str(member.value).lower()):
+                return member
+    raise ValueError(f"{argument}={value!r} must be one of {[member.value for member in kind]}")
 
 
 class Timing(enum.StrEnum):

@@ -10,7 +10,7 @@ from typing import Any
 from airflow_provider_wm.core.names import column_name, stream_name
 from airflow_provider_wm.core.windowing.aggregates import OUTPUT_COLUMNS, Aggregate, SqlAggregate
 from airflow_provider_wm.core.windowing.lateness import LateData
-from airflow_provider_wm.core.windowing.modes import Accumulation, parse_accumulation
+from airflow_provider_wm.core.windowing.modes import Accumulation, enum_member
 from airflow_provider_wm.core.windowing.watermark import (
     BoundedOutOfOrderness,
     MergedWatermark,
@@ -52,7 +52,7 @@ class UpstreamPanes:
                 f"upstream window {self.window!r} merges windows: a rollup needs fixed windows (tumbling, sliding or "
                 "global)"
             )
-        object.__setattr__(self, "accumulation", parse_accumulation(self.accumulation, "upstream.accumulation"))
+        object.__setattr__(self, "accumulation", enum_member(self.accumulation, Accumulation, "upstream.accumulation"))
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "window": self.window.to_json(), "accumulation": self.accumulation.value}
@@ -109,7 +109,7 @@ class AggregationSpec:
         if self.late_data not in tuple(LateData):
             raise ValueError(f"late_data={self.late_data!r} must be one of {[p.value for p in LateData]}")
         object.__setattr__(self, "late_data", LateData(self.late_data))
-        object.__setattr__(self, "accumulation", parse_accumulation(self.accumulation, "accumulation"))
+        object.__setattr__(self, "accumulation", enum_member(self.accumulation, Accumulation, "accumulation"))
         if self.upstream is not None:
             self._check_rollup(self.upstream)
         elif not isinstance(self.window, WindowFn):
