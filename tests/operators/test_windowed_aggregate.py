@@ -87,7 +87,7 @@ def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
 
 
 def test_bad_window_durations_fail_naming_the_argument():
-    with pytest.raises(ValueError, match="^window size=0 must be positive$"):
+    with pytest.raises(ValueError, match=r"^window size=0 must be positive$"):
         tumbling(0)
     with pytest.raises(ValueError, match="multiple of slide_ms"):
         sliding("PT10M", "PT3M")
