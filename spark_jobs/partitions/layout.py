@@ -99,13 +99,14 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
     range stay in (quarantine)."""
     conditions: list[Column] = []
     if args.source_partition_column:
-        # partition values are dates in some zone: a day of margin on each side, the exact filter comes later
+        # partition values are dates in some zone: a day of margin on each side, the exact filter comes later. A
+        # null or unparseable value (Hive's default partition, 20200102) prunes nothing: the row's time decides
         day = dt.timedelta(days=1)
-        pcol = F.col(args.source_partition_column).cast("date")
+        pcol = F.try_to_date(F.col(args.source_partition_column))
         windows = [
             (pcol >= F.lit((_utc(a) - day).date())) & (pcol <= F.lit((_utc(b) + day).date())) for a, b in intervals
         ]
-        conditions.append(any_of(windows))
+        conditions.append(pcol.isNull() | any_of(windows))
     raw_type = source.schema[args.time_column].dataType
     raw = F.col(args.time_column)
     if isinstance(raw_type, (TimestampType, TimestampNTZType)):

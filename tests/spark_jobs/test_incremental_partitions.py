@@ -262,6 +262,25 @@ def test_timestamps_and_iso_strings_before_1970_are_quarantined_even_when_the_re
     assert manifest["quarantine"] == {"time_out_of_range": 1} and manifest["totals"]["rows_written"] == 1
 
 
+@pytest.mark.slow
+def test_rows_in_a_null_or_unparseable_source_partition_are_read_and_judged_by_their_time(spark, tmp_path):
+    """Pruning reads the source partitions near the plan's ranges; a folder whose value is no date (Hive's
+    default partition for a null, a compact 20200102) cannot be placed, so it is read and its rows' times
+    decide: written, or quarantined (``null_time``), never pruned away unseen."""
+    good = datetime(2020, 1, 1, 10, tzinfo=UTC)
+    folders = {"__HIVE_DEFAULT_PARTITION__": [("in-null", good), ("null-time", None)], "20200101": [("compact", good)]}
+    for value, rows in folders.items():
+        frame = spark.createDataFrame([(i, "eu", t) for i, t in rows], "id string, region string, event_time timestamp")
+        frame.write.parquet(str(tmp_path / "source" / f"event_date={value}"))
+    spark.createDataFrame([("dated", "eu", good)], "id string, region string, event_time timestamp").write.parquet(
+        str(tmp_path / "source" / "event_date=2020-01-01")
+    )
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-02"), units=["eu"])
+    manifest = execute(spark, tmp_path, first, "p", unit_column="region", source_partition_column="event_date")
+    assert manifest["status"] == "succeeded" and manifest["quarantine"] == {"null_time": 1}
+    assert sorted(i for i, _p, _u in target_rows(spark, tmp_path)) == ["compact", "dated", "in-null"]
+
+
 def succeeded_state(*plans) -> PartitionState:
     state = PartitionState.empty()
     for done in plans:
