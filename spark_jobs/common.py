@@ -56,13 +56,18 @@ def get_session() -> SparkSession:
 
 
 @contextlib.contextmanager
-def active_session(spark: SparkSession) -> Iterator[None]:
-    """Make ``spark`` the thread's active session while a job runs, then restore the previous one.
+def job_session(spark: SparkSession) -> Iterator[None]:
+    """The session as a job runs on it: its SQL time zone UTC, and the thread's active session.
+
+    Times in the data contracts are UTC: a timestamp without a zone (Parquet ``TIMESTAMP_NTZ``, what pandas
+    writes for naive datetimes) or an ISO string without an offset is read as UTC whatever the cluster's default
+    zone, so ``2026-01-01T00:00:30`` is 1767225630000 everywhere. The job leaves the zone set.
 
     Over Spark Connect, ``localCheckpoint`` returns a frame of ``SparkSession.active()``, not of the session
     it was called on (pyspark 4.2); a task's own session must be the active one, or joining the checkpoint
     with the job's other frames fails with SESSION_NOT_SAME. A classic session needs nothing.
     """
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
     registry = getattr(type(spark), "_active_session", None)
     if not isinstance(registry, threading.local):
         yield
@@ -215,8 +220,9 @@ def invalid_time(column: Column) -> Column:
     return column.isNull() | (column < F.lit(MIN_TIME_MS)) | (column > F.lit(MAX_TIME_MS))
 
 
-def parse_time(column: Column, data_type: Any, name: str) -> Column:
-    """The time column as a timestamp; null when missing or unparseable (``try_to_timestamp``)."""
+def parse_time(column: Column, data_type: Any, argument: str) -> Column:
+    """The time column as a timestamp; null when missing or unparseable (``try_to_timestamp``). ``argument``
+    names the column in an error, e.g. ``arrival_column='ingested_at' of /data/orders``."""
     if isinstance(data_type, (TimestampType, TimestampNTZType, DateType)):
         return column.cast("timestamp")
     if isinstance(data_type, IntegralType):
@@ -224,13 +230,14 @@ def parse_time(column: Column, data_type: Any, name: str) -> Column:
     if isinstance(data_type, StringType):
         return F.try_to_timestamp(column)
     raise ValueError(
-        f"time_column={name!r} has type {data_type.simpleString()}; use a timestamp, date, epoch-millisecond "
+        f"{argument} has type {data_type.simpleString()}; use a timestamp, date, epoch-millisecond "
         "number or ISO-8601 string"
     )
 
 
-def time_ms(column: Column, data_type: Any, name: str) -> Column:
-    """The time column as UTC epoch milliseconds; null when missing or unparseable."""
+def time_ms(column: Column, data_type: Any, argument: str) -> Column:
+    """The time column as UTC epoch milliseconds; null when missing or unparseable (``argument``: as
+    :func:`parse_time`)."""
     if isinstance(data_type, IntegralType):
         return column.cast("long")
-    return F.unix_millis(parse_time(column, data_type, name))
+    return F.unix_millis(parse_time(column, data_type, argument))

@@ -22,8 +22,8 @@ from airflow_provider_wm.core.controller import (
 )
 from airflow_provider_wm.core.names import watermark_label
 from spark_jobs.common import (
-    active_session,
     empty_frame,
+    job_session,
     size_shuffles,
     submit_main,
 )
@@ -273,7 +273,7 @@ def _watermark(row: Any) -> dict[str, Any] | None:
 
 def run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
-    with active_session(spark):
+    with job_session(spark):
         return _run(spark, request)
 
 

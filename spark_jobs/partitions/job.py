@@ -13,9 +13,9 @@ from pyspark.sql import functions as F
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
 from airflow_provider_wm.core.partitions import DAY_MS, QuarantineReason
 from spark_jobs.common import (
-    active_session,
     delete_path,
     invalid_time,
+    job_session,
     parse_time,
     path_exists,
     read_dataset,
@@ -69,7 +69,9 @@ class Job:
         if missing:
             raise ValueError(f"source {args.source} has no column {', '.join(missing)}; it has {self.source.columns}")
         self.time_type = self.source.schema[args.time_column].dataType
-        parse_time(F.col(args.time_column), self.time_type, args.time_column)  # fails early on a bad type
+        parse_time(
+            F.col(args.time_column), self.time_type, f"time_column={args.time_column!r}"
+        )  # fails early on a bad type
 
     def _work_units_frame(self, units: list[dict[str, Any]]) -> DataFrame:
         rows = [
@@ -89,7 +91,7 @@ class Job:
         only when the request lists the pipeline's units, and only for times inside ``intervals``."""
         args = self.args
         raw = F.col(args.time_column)
-        millis = time_ms(raw, self.time_type, args.time_column)
+        millis = time_ms(raw, self.time_type, f"time_column={args.time_column!r}")
         reason = (
             F.when(raw.isNull(), QuarantineReason.NULL_TIME.value)
             .when(millis.isNull(), QuarantineReason.UNPARSEABLE_TIME.value)
@@ -118,7 +120,7 @@ class Job:
             # guarded: a number far out of range would overflow the conversion
             F.when(
                 F.col("wm_reason").isNull(),
-                parse_time(F.col(self.args.time_column), self.time_type, self.args.time_column),
+                parse_time(F.col(self.args.time_column), self.time_type, f"time_column={self.args.time_column!r}"),
             ).alias("wm_time"),
         )
         days = self._work_units_frame(units).withColumn(
@@ -262,7 +264,9 @@ class Job:
             )
         ranges = self._work_units_frame(partial).select(*PARTITION_COLUMNS, "range_start_ms")
         kept_time = parse_time(
-            previous[self.args.time_column], previous.schema[self.args.time_column].dataType, self.args.time_column
+            previous[self.args.time_column],
+            previous.schema[self.args.time_column].dataType,
+            f"time_column={self.args.time_column!r} of the target {self.args.target}",
         )
         kept = (
             previous.join(F.broadcast(ranges), on=list(PARTITION_COLUMNS))
@@ -313,7 +317,6 @@ class Job:
 
 
 def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     units: list[dict[str, Any]] = [u.to_json() for u in args.work_units]
@@ -354,7 +357,7 @@ def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
 
 def run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
     """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
-    with active_session(spark):
+    with job_session(spark):
         return _run(spark, args)
 
 

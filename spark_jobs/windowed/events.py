@@ -71,7 +71,7 @@ class Events(JobBase):
                 raise ValueError(f"arrival_column={arrival_column!r} is not a column of {source.events}")
             raw_type = schema[arrival_column].dataType
             until, since = request.arrival_until_ms, request.arrival_from_ms
-            arrival = time_ms(F.col(arrival_column), raw_type, arrival_column)
+            arrival = time_ms(F.col(arrival_column), raw_type, f"arrival_column={arrival_column!r} of {source.events}")
             invalid_arrival = invalid_time(arrival)
             in_range = arrival <= F.lit(until)
             if since is not None:
@@ -82,9 +82,8 @@ class Events(JobBase):
         missing = [c for c in [name, *self.keys] if c not in schema.names]
         if missing:
             raise ValueError(f"events {source.events} lack the columns {missing}; they have {schema.names}")
-        return events.withColumn("wm_t", time_ms(F.col(name), schema[name].dataType, name)).withColumn(
-            INVALID_ARRIVAL_FLAG, invalid_arrival
-        )
+        event_time = time_ms(F.col(name), schema[name].dataType, f"event_time={name!r} of {source.events}")
+        return events.withColumn("wm_t", event_time).withColumn(INVALID_ARRIVAL_FLAG, invalid_arrival)
 
     def read_merged_events(self) -> DataFrame | None:
         """The events of every input (:func:`merge_inputs`): keys as they are, every other column prefixed with

@@ -18,7 +18,7 @@ from airflow_provider_wm.core.windowing import (
     Timing,
     next_watermark,
 )
-from spark_jobs.common import active_session, submit_main
+from spark_jobs.common import job_session, submit_main
 from spark_jobs.windowed.base import (
     JOB_COLUMNS,
     RUN_COUNTERS,
@@ -241,7 +241,7 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
 
 def run(spark: SparkSession, request: WindowedRequest) -> WindowedManifest:
     """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
-    with active_session(spark):
+    with job_session(spark):
         return Job(spark, request).run()
 
 

@@ -302,6 +302,30 @@ def test_string_event_times_are_parsed_and_unparseable_ones_quarantined(spark, t
     assert [(p[1], p[3]) for p in pipeline.panes()] == [(1_767_225_600_000, (1,))]
 
 
+def test_times_without_a_zone_are_read_as_utc_whatever_the_sessions_time_zone(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(60_000), (Aggregate("n", "count"),), keys=("k",), watermark=BoundedOutOfOrderness(0)
+    )
+    pipeline = Pipeline(spark, tmp_path, spec, event_time="ts")
+    pipeline.write([("a", "2026-01-01T00:00:30", 1)], 1, schema="k string, ts string, v int, arrival long")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        manifest = run_windowed(spark, pipeline.request(1, None, 1))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    assert manifest["max_event_time_ms"] == 1_767_225_630_000  # not 5 hours later
+
+
+def test_a_time_column_of_an_unusable_type_fails_naming_its_argument_and_dataset(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(60_000), (Aggregate("n", "count"),), keys=("k",), watermark=BoundedOutOfOrderness(0)
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.write([("a", 30_000, 1)], 1.0, schema="k string, t long, v int, arrival double")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^arrival_column='arrival' of \S+ has type double; use a timestamp"):
+        run_windowed(spark, pipeline.request(1, None, 1))
+
+
 def test_a_retried_run_replaces_its_own_panes_and_starts_from_the_same_state(spark, tmp_path):
     spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=StoreWatermark("s"))
     pipeline = Pipeline(spark, tmp_path, spec)
