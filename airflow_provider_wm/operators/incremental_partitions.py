@@ -9,8 +9,8 @@ from typing import Any
 from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.argument_checks import nested_paths, require_flags
-from airflow_provider_wm.arguments import emit_partition_keys_argument, require_paths
+from airflow_provider_wm.argument_checks import require_flags
+from airflow_provider_wm.arguments import emit_partition_keys_argument
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WatermarkRecord, WorkUnitRequest
 from airflow_provider_wm.core.asset_partitions import partition_event_key
 from airflow_provider_wm.core.names import column_name
@@ -31,12 +31,14 @@ from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, valida
 from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
 from airflow_provider_wm.operators.partitions_arguments import (
+    backfill_argument,
+    source_and_target,
     source_format_argument,
     transform_arguments,
     units_argument,
 )
 from airflow_provider_wm.state import PIPELINE_STATE, PipelineState, covered_run
-from airflow_provider_wm.timeutil import duration_ms, format_ms, to_epoch_ms
+from airflow_provider_wm.timeutil import duration_ms, format_ms
 
 __all__ = ["IncrementalPartitionsOperator"]
 
@@ -163,12 +165,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         self.emit_partition_keys = emit_partition_keys_argument(emit_partition_keys, asset)
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
-        require_paths(source=source, target=target)
-        if nested_paths(source, target):
-            raise ValueError(
-                f"target={target!r} and source={source!r} are the same dataset or one lies inside the other: "
-                "writing the target would overwrite the source"
-            )
+        source_and_target(source, target)
         require_flags(allow_partial_success=allow_partial_success, dry_run=dry_run)
         column_name(time_column, "time_column")
         for argument, column in (("unit_column", unit_column), ("source_partition_column", source_partition_column)):
@@ -184,15 +181,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         if unit_column and not self.units:
             raise ValueError(f"unit_column={unit_column!r} needs units (a list or a secondary dataset)")
         self.transform_sql, self.transform_callable = transform_arguments(transform)
-        if backfill is not None:
-            if not isinstance(backfill, (tuple, list)) or len(backfill) != 2:
-                raise ValueError(f"backfill={backfill!r} must be a (start, end) pair")
-            start, end = (to_epoch_ms(v, "backfill") for v in backfill)
-            if start >= end:
-                raise ValueError(f"backfill={backfill!r}: start must be before end")
-            self.backfill: tuple[int, int] | None = (start, end)
-        else:
-            self.backfill = None
+        self.backfill = backfill_argument(backfill)
         if max_work_units is not None and (
             not isinstance(max_work_units, int) or isinstance(max_work_units, bool) or max_work_units < 1
         ):

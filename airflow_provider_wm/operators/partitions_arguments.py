@@ -7,11 +7,21 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from airflow_provider_wm.argument_checks import nested_paths
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.hooks.watermark_store import validate_name
+from airflow_provider_wm.timeutil import to_epoch_ms
 
-__all__ = ["SOURCE_FORMATS", "UNITS_FORMATS", "source_format_argument", "transform_arguments", "units_argument"]
+__all__ = [
+    "SOURCE_FORMATS",
+    "UNITS_FORMATS",
+    "backfill_argument",
+    "source_and_target",
+    "source_format_argument",
+    "transform_arguments",
+    "units_argument",
+]
 
 
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
@@ -27,6 +37,38 @@ UNITS_FORMATS = ("parquet", "orc", "csv", "json", "feather", "ipc", "arrow")
 _DAG_FILE_MODULES = ("unusual_prefix_", "__main__")
 """Module names of code that is not importable elsewhere: Airflow's name for a DAG file it parsed
 (``unusual_prefix_<hash>_<file>``) and a script's."""
+
+
+def source_and_target(source: object, target: object) -> None:
+    """Both are paths, and different datasets: writing the target must not rewrite the source.
+
+    >>> source_and_target("/data/orders", "/data/orders/daily")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: target='/data/orders/daily' and source='/data/orders' are the same dataset or one lies inside ...
+    """
+    require_paths(source=source, target=target)
+    if nested_paths(str(source), str(target)):  # both are strings now
+        raise ValueError(
+            f"target={target!r} and source={source!r} are the same dataset or one lies inside the other: "
+            "writing the target would overwrite the source"
+        )
+
+
+def backfill_argument(backfill: object) -> tuple[int, int] | None:
+    """``(start, end)`` in epoch ms, start before end, or None (no backfill).
+
+    >>> backfill_argument(("2026-01-01", "2026-01-02"))
+    (1767225600000, 1767312000000)
+    """
+    if backfill is None:
+        return None
+    if not isinstance(backfill, (tuple, list)) or len(backfill) != 2:
+        raise ValueError(f"backfill={backfill!r} must be a (start, end) pair")
+    start, end = (to_epoch_ms(v, "backfill") for v in backfill)
+    if start >= end:
+        raise ValueError(f"backfill={backfill!r}: start must be before end")
+    return start, end
 
 
 def source_format_argument(source_format: object) -> str:

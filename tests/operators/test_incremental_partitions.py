@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -15,6 +16,7 @@ from airflow_provider_wm.core.partitions import PartitionState, UnitStatus, iso_
 from airflow_provider_wm.demo import orders_data
 from airflow_provider_wm.demo.transforms import FAIL_ONCE_ENV, daily_orders
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.operators import partitions_arguments
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.state import pipeline_variable_key
 from tests.airflow_helpers import asset_event_extras, asset_event_partition_keys, asset_state, fresh_dag, run_dag, xcom
@@ -87,6 +89,10 @@ REQUIRED = {
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         IncrementalPartitionsOperator(**{**REQUIRED, **kwargs})
+
+
+def test_the_argument_helpers_worked_examples_hold():
+    assert doctest.testmod(partitions_arguments).failed == 0
 
 
 @pytest.mark.parametrize(
