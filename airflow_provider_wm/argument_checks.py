@@ -1,5 +1,5 @@
-"""More parse-time checks of DAG arguments shared by the operators and sensors (flags, the store's path, fsspec
-and Spark options, the asset, nested paths). Each error names the argument and the value.
+"""More parse-time checks of DAG arguments shared by the operators and sensors (the store's path, fsspec and
+Spark options, the asset, a sensor's waits). Each error names the argument and the value.
 
 They sit beside :mod:`airflow_provider_wm.arguments` and belong with it: they are kept apart only while several
 branches change that module at once.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -20,8 +19,6 @@ from airflow_provider_wm.timeutil import is_templated
 
 __all__ = [
     "asset_argument",
-    "nested_paths",
-    "require_flags",
     "spark_conf_argument",
     "storage_options_argument",
     "store_path_argument",
@@ -29,19 +26,6 @@ __all__ = [
 ]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(.*)$", re.DOTALL)
-
-
-def require_flags(**values: Any) -> None:
-    """Every value must be ``True`` or ``False``: a string such as ``"no"`` would be truthy.
-
-    >>> require_flags(dry_run=False, allow_partial_success="no")
-    Traceback (most recent call last):
-    ...
-    ValueError: allow_partial_success='no' must be True or False
-    """
-    for argument, value in values.items():
-        if not isinstance(value, bool):
-            raise ValueError(f"{argument}={value!r} must be True or False")
 
 
 def store_path_argument(value: Any, argument: str = "store_path") -> str:
@@ -152,30 +136,3 @@ def wait_seconds_argument(value: Any, argument: str) -> None:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{argument}={value!r} must be a non-negative number of seconds or a timedelta")
-
-
-def _location(path: str) -> tuple[str, str]:
-    """``(scheme, normalised path)``: ``/a/b/`` and ``file:///a/b`` are the same place."""
-    scheme, sep, rest = path.partition("://")
-    if not sep:
-        scheme, rest = "file", path
-    return scheme.lower(), posixpath.normpath(rest) if rest else rest
-
-
-def nested_paths(first: str, second: str) -> bool:
-    """Whether two datasets are the same place or one lies inside the other (writing one rewrites the other).
-    Templated paths are compared only when they are equal as written.
-
-    >>> nested_paths("/data/orders", "file:///data/orders/"), nested_paths("/data/orders", "/data/orders/daily")
-    (True, True)
-    >>> nested_paths("/data/orders", "/data/orders_daily"), nested_paths("s3://a/x", "/a/x")
-    (False, False)
-    """
-    if first == second:
-        return True
-    if is_templated(first) or is_templated(second):
-        return False
-    (scheme_a, a), (scheme_b, b) = _location(first), _location(second)
-    if scheme_a != scheme_b:
-        return False
-    return a == b or b.startswith(a.rstrip("/") + "/") or a.startswith(b.rstrip("/") + "/")

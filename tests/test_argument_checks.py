@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_wm import argument_checks
-from airflow_provider_wm.argument_checks import nested_paths, store_path_argument, wait_seconds_argument
+from airflow_provider_wm.argument_checks import store_path_argument, wait_seconds_argument
 
 
 def test_docstring_examples_hold():
@@ -45,25 +45,6 @@ def test_absolute_paths_urls_chained_urls_and_templates_are_stores(path):
 def test_a_relative_path_or_a_malformed_url_is_no_store(path, message):
     with pytest.raises(ValueError, match=message):
         store_path_argument(path)
-
-
-@pytest.mark.parametrize(
-    ("first", "second", "nested"),
-    [
-        ("/data/orders", "/data/orders", True),
-        ("/data/orders/", "file:///data/orders", True),
-        ("/data/orders", "/data/orders/daily", True),
-        ("/data/orders/daily", "/data/./orders", True),
-        ("s3://lake/orders", "s3://lake/orders/2026", True),
-        ("/data/orders", "/data/orders_daily", False),
-        ("s3://lake/orders", "gs://lake/orders", False),
-        ("/data/{{ ds }}/orders", "/data/{{ ds }}/orders", True),
-        ("/data/{{ ds }}", "/data/x", False),
-    ],
-)
-def test_two_datasets_are_nested_when_one_is_the_other_or_inside_it(first, second, nested):
-    assert nested_paths(first, second) is nested
-    assert nested_paths(second, first) is nested
 
 
 @pytest.mark.parametrize("value", [0, 2.5, timedelta(hours=1)])

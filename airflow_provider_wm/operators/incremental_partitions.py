@@ -9,8 +9,7 @@ from typing import Any
 from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.argument_checks import require_flags
-from airflow_provider_wm.arguments import emit_partition_keys_argument
+from airflow_provider_wm.arguments import emit_partition_keys_argument, require_bool
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WatermarkRecord, WorkUnitRequest
 from airflow_provider_wm.core.asset_partitions import partition_event_key
 from airflow_provider_wm.core.names import column_name
@@ -33,10 +32,10 @@ from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkO
 from airflow_provider_wm.operators.partitions_arguments import (
     backfill_argument,
     source_and_target,
-    source_format_argument,
     transform_arguments,
     units_argument,
 )
+from airflow_provider_wm.operators.windowed_arguments import events_format_argument
 from airflow_provider_wm.state import PIPELINE_STATE, PipelineState, covered_run
 from airflow_provider_wm.timeutil import duration_ms, format_ms
 
@@ -90,7 +89,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         )
 
     :param pipeline: name of the pipeline (its Variable, its folder in the store).
-    :param source: dataset to read (``source_format``: parquet (default), orc, json, avro or delta). Templated.
+    :param source: dataset to read (``source_format``: ``"parquet"``, default, ``"orc"`` or ``"json"``). Templated.
     :param time_column: the source's event time (timestamp, date, epoch ms or ISO string).
     :param watermark: ``{"from": ..., "to": ...}``: ISO date/date-time, ``PnD``, ``PnDTmH`` or ``-``.
     :param partition: none|hourly|daily|weekly|monthly|yearly, or composite ``{"monthly": [from, to], ...}``
@@ -166,12 +165,12 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         source_and_target(source, target)
-        require_flags(allow_partial_success=allow_partial_success, dry_run=dry_run)
+        require_bool(allow_partial_success=allow_partial_success, dry_run=dry_run)
         column_name(time_column, "time_column")
         for argument, column in (("unit_column", unit_column), ("source_partition_column", source_partition_column)):
             if column is not None:
                 column_name(column, argument)
-        self.source_format: str = source_format_argument(source_format)
+        self.source_format: str = events_format_argument(source_format, "source_format")
         self.spec = PartitionSpec.build(watermark, partition, timezone=timezone, partial_partition=partial_partition)
         self.grace_ms = duration_ms(grace_period, "grace_period")
         self.abstinent_ms = duration_ms(abstinent_period, "abstinent_period")

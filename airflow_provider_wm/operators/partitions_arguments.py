@@ -7,18 +7,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_wm.argument_checks import nested_paths
 from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.hooks.watermark_store import validate_name
+from airflow_provider_wm.operators.windowed_arguments import kept_apart
 from airflow_provider_wm.timeutil import to_epoch_ms
 
 __all__ = [
-    "SOURCE_FORMATS",
     "UNITS_FORMATS",
     "backfill_argument",
     "source_and_target",
-    "source_format_argument",
     "transform_arguments",
     "units_argument",
 ]
@@ -26,10 +24,6 @@ __all__ = [
 
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
 
-SOURCE_FORMATS = ("parquet", "orc", "json", "avro", "delta")
-"""What the Spark job reads a source as (``spark.read.format(...)`` without options, so a format that needs
-options, such as CSV without a header, is not offered). ``avro`` and ``delta`` need their Spark package
-(``spark.jars.packages`` in ``spark_conf``)."""
 
 UNITS_FORMATS = ("parquet", "orc", "csv", "json", "feather", "ipc", "arrow")
 """What a secondary dataset of units is read as (``pyarrow.dataset``, in the task)."""
@@ -40,19 +34,16 @@ _DAG_FILE_MODULES = ("unusual_prefix_", "__main__")
 
 
 def source_and_target(source: object, target: object) -> None:
-    """Both are paths, and different datasets: writing the target must not rewrite the source.
+    """Both are paths, and different datasets: writing the target must not rewrite the source
+    (:func:`~airflow_provider_wm.operators.windowed_arguments.kept_apart`).
 
-    >>> source_and_target("/data/orders", "/data/orders/daily")  # doctest: +ELLIPSIS
+    >>> source_and_target("/data/orders", "/data/orders/daily")
     Traceback (most recent call last):
     ...
-    ValueError: target='/data/orders/daily' and source='/data/orders' are the same dataset or one lies inside ...
+    ValueError: target='/data/orders/daily' lies inside source='/data/orders': give each its own
     """
     require_paths(source=source, target=target)
-    if nested_paths(str(source), str(target)):  # both are strings now
-        raise ValueError(
-            f"target={target!r} and source={source!r} are the same dataset or one lies inside the other: "
-            "writing the target would overwrite the source"
-        )
+    kept_apart({"target": str(target)}, {"source": str(source)})  # both are strings now
 
 
 def backfill_argument(backfill: object) -> tuple[int, int] | None:
@@ -69,19 +60,6 @@ def backfill_argument(backfill: object) -> tuple[int, int] | None:
     if start >= end:
         raise ValueError(f"backfill={backfill!r}: start must be before end")
     return start, end
-
-
-def source_format_argument(source_format: object) -> str:
-    """A format of :data:`SOURCE_FORMATS`.
-
-    >>> source_format_argument("csv")
-    Traceback (most recent call last):
-    ...
-    ValueError: source_format='csv' must be one of parquet, orc, json, avro, delta
-    """
-    if source_format not in SOURCE_FORMATS:
-        raise ValueError(f"source_format={source_format!r} must be one of {', '.join(SOURCE_FORMATS)}")
-    return str(source_format)
 
 
 def transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str | None, str | None]:
@@ -126,7 +104,8 @@ def _check_importable(transform: object, module: str) -> None:
 
 def units_argument(units: Sequence[str] | Mapping[str, Any] | None) -> list[str] | dict[str, Any]:
     """The units: a list of unit values (each a name), or a secondary dataset ``{"path", "column", "format"}``
-    whose column's distinct values are the units (``format`` of :data:`UNITS_FORMATS`, default Parquet).
+    whose column's distinct values are the units (``format`` of :data:`UNITS_FORMATS` in any case, default
+    Parquet).
 
     >>> units_argument({"path": "/lake/regions", "column": "id"})
     {'format': 'parquet', 'path': '/lake/regions', 'column': 'id'}
@@ -147,9 +126,9 @@ def units_argument(units: Sequence[str] | Mapping[str, Any] | None) -> list[str]
         require_paths(**{"units['path']": units["path"]})
         column_name(units["column"], "units['column']")
         dataset = {"format": "parquet", **units}
-        if dataset["format"] not in UNITS_FORMATS:
+        if not isinstance(dataset["format"], str) or dataset["format"].lower() not in UNITS_FORMATS:
             raise ValueError(f"units['format']={dataset['format']!r} must be one of {', '.join(UNITS_FORMATS)}")
-        return dataset
+        return {**dataset, "format": dataset["format"].lower()}
     if isinstance(units, str):
         raise ValueError(f"units={units!r} must be a list of unit values, not a string")
     values = [validate_name(u, "units[]") for u in units]

@@ -9,7 +9,8 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.argument_checks import require_flags, storage_options_argument, store_path_argument
+from airflow_provider_wm.argument_checks import storage_options_argument, store_path_argument
+from airflow_provider_wm.arguments import require_bool
 from airflow_provider_wm.core.partitions import FIRST_PENDING, check_completeness
 from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
@@ -79,7 +80,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         end_ms = None if is_templated(end) else to_epoch_ms(end, "end")
         if start_ms is not None and end_ms is not None:
             _check_range(start, end, start_ms, end_ms)
-        require_flags(fail_on_unknown_pipeline=fail_on_unknown_pipeline, deferrable=deferrable)
+        require_bool(fail_on_unknown_pipeline=fail_on_unknown_pipeline, deferrable=deferrable)
         self.fail_on_unknown_pipeline = fail_on_unknown_pipeline
         self.pipeline = pipeline
         self.store_path = store_path

@@ -10,7 +10,8 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.argument_checks import require_flags, storage_options_argument, store_path_argument
+from airflow_provider_wm.argument_checks import storage_options_argument, store_path_argument
+from airflow_provider_wm.arguments import require_bool
 from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs
@@ -118,7 +119,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         self.threshold = threshold
         self.idle_timeout = idle_timeout
         self.when_all_idle: AllIdlePolicy = check_policy(when_all_idle)
-        require_flags(fail_on_unknown_stream=fail_on_unknown_stream, deferrable=deferrable)
+        require_bool(fail_on_unknown_stream=fail_on_unknown_stream, deferrable=deferrable)
         self.fail_on_unknown_stream = fail_on_unknown_stream
         self.storage_options = storage_options_argument(storage_options)
         self.deferrable = deferrable

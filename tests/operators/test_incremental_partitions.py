@@ -70,7 +70,7 @@ REQUIRED = {
         ({"emit_partition_keys": "yes"}, "emit_partition_keys='yes' must be True or False"),
         ({"dry_run": "no"}, "dry_run='no' must be True or False"),
         ({"allow_partial_success": "no"}, "allow_partial_success='no' must be True or False"),
-        ({"source_format": "bogus"}, "source_format='bogus' must be one of parquet, orc, json, avro, delta"),
+        ({"source_format": "csv"}, "source_format='csv' must be one of 'parquet', 'orc', 'json'"),
         ({"source_format": None}, "source_format=None must be one of"),
         ({"source_partition_column": "a b"}, "source_partition_column='a b' must be a column name"),
         ({"time_column": None}, "time_column=None must be a column name"),
@@ -80,9 +80,9 @@ REQUIRED = {
             {"units": {"path": "/u", "column": "id", "format": "bogus"}, "unit_column": "r"},
             r"units\['format'\]='bogus' must be one of parquet",
         ),
-        ({"target": "/src"}, "target='/src' and source='/src' are the same dataset or one lies inside the other"),
-        ({"target": "/src/daily"}, "target='/src/daily' and source='/src' are the same dataset"),
-        ({"target": "file:///"}, "target='file:///' and source='/src' are the same dataset"),
+        ({"target": "/src/"}, "target='/src/' is the same path as source='/src': give each its own"),
+        ({"target": "/src/daily"}, "target='/src/daily' lies inside source='/src'"),
+        ({"target": "/"}, "source='/src' lies inside target='/'"),
         ({"store_path": "wm-store"}, "store_path='wm-store' must be an absolute path or a URL"),
     ],
 )
@@ -112,8 +112,8 @@ def test_a_transform_function_is_passed_to_the_job_by_its_import_path():
 
 def test_the_source_format_and_a_units_dataset_are_kept_as_given():
     op = IncrementalPartitionsOperator(
-        **{**REQUIRED, "source_format": "orc", "source_partition_column": "event_date", "target": "/src_daily"},
-        units={"path": "s3://lake/regions", "column": "region_id", "format": "csv"},
+        **{**REQUIRED, "source_format": "ORC", "source_partition_column": "event_date", "target": "/src_daily"},
+        units={"path": "s3://lake/regions", "column": "region_id", "format": "CSV"},
         unit_column="region",
     )
     assert (op.source_format, op.source_partition_column) == ("orc", "event_date")
