@@ -21,7 +21,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from airflow.sdk import Asset, BaseOperator, Context
 
-from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time, require_paths
+from airflow_provider_wm.argument_checks import asset_argument, spark_conf_argument, store_path_argument
+from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time
 from airflow_provider_wm.contracts import JobManifest, JobRequest
 from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.spark_job import SparkJobHook
@@ -86,12 +87,13 @@ class Outcome(Generic[StateT]):
 class StatefulSparkOperator(BaseOperator, Generic[StateT]):
     """Base of the operators that run a Spark job and carry a committed state between runs.
 
-    :param store_path: the watermark store (requests, manifests, published watermarks). Templated.
+    :param store_path: the watermark store (requests, manifests, published watermarks): an absolute path or
+        a URL. Templated.
     :param logical_time: the run's clock, default ``data_interval_end``; never later than now. Templated.
     :param spark_conn_id: a ``spark_connect`` connection (the job runs in the task as a Spark Connect client),
         a ``spark`` connection (``spark-submit``), or ``None``: the embedded Spark Connect server on loopback.
-    :param spark_conf: Spark options for the job (``--conf`` in submit mode; runtime SQL options of the task's
-        session in connect mode).
+    :param spark_conf: Spark options for the job, ``{"spark.executor.memory": "2g"}`` (``--conf`` in submit
+        mode; runtime SQL options of the task's session in connect mode).
     :param asset: the Asset this operator produces: an outlet, an asset event per run, and the committed state
         in its asset state store (the primary copy; the Variable mirrors it).
     """
@@ -111,9 +113,9 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         max_active_tis_per_dag: int = 1,
         **kwargs: Any,
     ) -> None:
-        add_asset_outlet(asset, kwargs)
+        add_asset_outlet(asset_argument(asset), kwargs)
         super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
-        require_paths(store_path=store_path)
+        store_path_argument(store_path)
         if not is_templated(logical_time):
             to_epoch_ms(logical_time, "logical_time")
         if spark_conn_id is not None and (not isinstance(spark_conn_id, str) or not spark_conn_id.strip()):
@@ -121,7 +123,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self.store_path = store_path
         self.logical_time = logical_time
         self.spark_conn_id = spark_conn_id
-        self.spark_conf = dict(spark_conf or {})
+        self.spark_conf = spark_conf_argument(spark_conf)
         self.asset = asset
         self.run_lineage: RunLineage | None = None  # set by execute() for get_openlineage_facets_on_complete
 

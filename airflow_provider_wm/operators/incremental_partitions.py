@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.arguments import emit_partition_keys_argument, require_paths
+from airflow_provider_wm.arguments import emit_partition_keys_argument, require_bool
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WatermarkRecord, WorkUnitRequest
 from airflow_provider_wm.core.asset_partitions import partition_event_key
 from airflow_provider_wm.core.names import column_name
@@ -29,9 +29,15 @@ from airflow_provider_wm.documents import read_document
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.lineage import RunLineage
 from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
-from airflow_provider_wm.operators.partitions_arguments import transform_arguments, units_argument
+from airflow_provider_wm.operators.partitions_arguments import (
+    backfill_argument,
+    source_and_target,
+    transform_arguments,
+    units_argument,
+)
+from airflow_provider_wm.operators.windowed_arguments import events_format_argument
 from airflow_provider_wm.state import PIPELINE_STATE, PipelineState, covered_run
-from airflow_provider_wm.timeutil import duration_ms, format_ms, to_epoch_ms
+from airflow_provider_wm.timeutil import duration_ms, format_ms
 
 __all__ = ["IncrementalPartitionsOperator"]
 
@@ -83,12 +89,13 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         )
 
     :param pipeline: name of the pipeline (its Variable, its folder in the store).
-    :param source: dataset to read (``source_format``, default Parquet). Templated.
+    :param source: dataset to read (``source_format``: ``"parquet"``, default, ``"orc"`` or ``"json"``). Templated.
     :param time_column: the source's event time (timestamp, date, epoch ms or ISO string).
     :param watermark: ``{"from": ..., "to": ...}``: ISO date/date-time, ``PnD``, ``PnDTmH`` or ``-``.
     :param partition: none|hourly|daily|weekly|monthly|yearly, or composite ``{"monthly": [from, to], ...}``
         (then ``watermark=None``).
-    :param target: output dataset, partitioned by ``wm_partition, wm_unit``. Templated.
+    :param target: output dataset, partitioned by ``wm_partition, wm_unit``; neither the source nor inside or
+        around it. Templated.
     :param store_path: the watermark store (plans, manifests, the state document). Templated.
     :param grace_period: re-read this far behind the high watermark for late updates (timedelta, seconds
         or ISO-8601 such as ``P3D``).
@@ -97,7 +104,8 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         Parquet dataset's column. Needs ``unit_column``.
     :param unit_column: the source column that holds the unit.
     :param transform: SQL over the view ``source``, or ``"package.module:function"`` (DataFrame ->
-        DataFrame). The output must keep ``wm_partition`` and ``wm_unit``.
+        DataFrame) or the function itself, from an importable module (not the DAG file). The output must keep
+        ``wm_partition`` and ``wm_unit``.
     :param source_partition_column: the source's partition column derived from the time (partition pruning).
     :param timezone: the zone of zone-less bounds and of the partition steps (DST-aware).
     :param partial_partition: keep the last, incomplete partition (default) or drop it.
@@ -156,10 +164,13 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         self.emit_partition_keys = emit_partition_keys_argument(emit_partition_keys, asset)
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
-        require_paths(source=source, target=target)
-        for argument, column in (("time_column", time_column), ("unit_column", unit_column)):
+        source_and_target(source, target)
+        require_bool(allow_partial_success=allow_partial_success, dry_run=dry_run)
+        column_name(time_column, "time_column")
+        for argument, column in (("unit_column", unit_column), ("source_partition_column", source_partition_column)):
             if column is not None:
                 column_name(column, argument)
+        self.source_format: str = events_format_argument(source_format, "source_format")
         self.spec = PartitionSpec.build(watermark, partition, timezone=timezone, partial_partition=partial_partition)
         self.grace_ms = duration_ms(grace_period, "grace_period")
         self.abstinent_ms = duration_ms(abstinent_period, "abstinent_period")
@@ -169,15 +180,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         if unit_column and not self.units:
             raise ValueError(f"unit_column={unit_column!r} needs units (a list or a secondary dataset)")
         self.transform_sql, self.transform_callable = transform_arguments(transform)
-        if backfill is not None:
-            if not isinstance(backfill, (tuple, list)) or len(backfill) != 2:
-                raise ValueError(f"backfill={backfill!r} must be a (start, end) pair")
-            start, end = (to_epoch_ms(v, "backfill") for v in backfill)
-            if start >= end:
-                raise ValueError(f"backfill={backfill!r}: start must be before end")
-            self.backfill: tuple[int, int] | None = (start, end)
-        else:
-            self.backfill = None
+        self.backfill = backfill_argument(backfill)
         if max_work_units is not None and (
             not isinstance(max_work_units, int) or isinstance(max_work_units, bool) or max_work_units < 1
         ):
@@ -186,7 +189,6 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         self.source, self.target = source, target
         self.time_column: str = time_column
         self.unit_column: str | None = unit_column
-        self.source_format: str = source_format
         self.source_partition_column: str | None = source_partition_column
         self.allow_partial_success = allow_partial_success
         self.plan_only = dry_run  # BaseOperator.dry_run is a method

@@ -7,27 +7,83 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.hooks.watermark_store import validate_name
+from airflow_provider_wm.operators.windowed_arguments import kept_apart
+from airflow_provider_wm.timeutil import to_epoch_ms
 
-__all__ = ["transform_arguments", "units_argument"]
+__all__ = [
+    "UNITS_FORMATS",
+    "backfill_argument",
+    "source_and_target",
+    "transform_arguments",
+    "units_argument",
+]
 
 
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
 
 
+UNITS_FORMATS = ("parquet", "orc", "csv", "json", "feather", "ipc", "arrow")
+"""What a secondary dataset of units is read as (``pyarrow.dataset``, in the task)."""
+
+_DAG_FILE_MODULES = ("unusual_prefix_", "__main__")
+"""Module names of code that is not importable elsewhere: Airflow's name for a DAG file it parsed
+(``unusual_prefix_<hash>_<file>``) and a script's."""
+
+
+def source_and_target(source: object, target: object) -> None:
+    """Both are paths, and different datasets: writing the target must not rewrite the source
+    (:func:`~airflow_provider_wm.operators.windowed_arguments.kept_apart`).
+
+    >>> source_and_target("/data/orders", "/data/orders/daily")
+    Traceback (most recent call last):
+    ...
+    ValueError: target='/data/orders/daily' lies inside source='/data/orders': give each its own
+    """
+    require_paths(source=source, target=target)
+    kept_apart({"target": str(target)}, {"source": str(source)})  # both are strings now
+
+
+def backfill_argument(backfill: object) -> tuple[int, int] | None:
+    """``(start, end)`` in epoch ms, start before end, or None (no backfill).
+
+    >>> backfill_argument(("2026-01-01", "2026-01-02"))
+    (1767225600000, 1767312000000)
+    """
+    if backfill is None:
+        return None
+    if not isinstance(backfill, (tuple, list)) or len(backfill) != 2:
+        raise ValueError(f"backfill={backfill!r} must be a (start, end) pair")
+    start, end = (to_epoch_ms(v, "backfill") for v in backfill)
+    if start >= end:
+        raise ValueError(f"backfill={backfill!r}: start must be before end")
+    return start, end
+
+
 def transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str | None, str | None]:
     """``(sql, import path)``: a SQL statement over the view ``source``, a ``module:function`` path, or a
-    module-level function (taken by its import path, so the Spark job can import it)."""
+    module-level function of an importable module (taken by its import path, so the Spark job can import it).
+
+    A function defined in the DAG file itself is refused: Airflow imports a DAG file under a made-up module
+    name (``unusual_prefix_<hash>_<file>``) that the Spark job cannot import.
+
+    >>> transform_arguments("airflow_provider_wm.demo.transforms:daily_orders")
+    (None, 'airflow_provider_wm.demo.transforms:daily_orders')
+    """
     if transform is None:
         return None, None
     if callable(transform):
         module, name = getattr(transform, "__module__", None), getattr(transform, "__qualname__", "")
         if not module or "<" in name or "." in name:
             raise ValueError(f"transform={transform!r} must be a module-level function the Spark job can import")
+        _check_importable(transform, module)
         return None, f"{module}:{name}"
     if isinstance(transform, str) and transform.strip():
         text = transform.strip()
         if _IMPORT_PATH.match(text) and ":" in text:
+            _check_importable(transform, text.partition(":")[0])
             return None, text
         if re.match(r"(?is)^\s*(select|with|from)\b", text):
             return text, None
@@ -37,17 +93,42 @@ def transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str
     )
 
 
+def _check_importable(transform: object, module: str) -> None:
+    if module.startswith(_DAG_FILE_MODULES):
+        raise ValueError(
+            f"transform={transform!r} is defined in the DAG file (module {module!r}), which the Spark job cannot "
+            "import: move the function into an importable module (a package installed on the workers) and pass "
+            "it, or 'package.module:function'"
+        )
+
+
 def units_argument(units: Sequence[str] | Mapping[str, Any] | None) -> list[str] | dict[str, Any]:
+    """The units: a list of unit values (each a name), or a secondary dataset ``{"path", "column", "format"}``
+    whose column's distinct values are the units (``format`` of :data:`UNITS_FORMATS` in any case, default
+    Parquet).
+
+    >>> units_argument({"path": "/lake/regions", "column": "id"})
+    {'format': 'parquet', 'path': '/lake/regions', 'column': 'id'}
+    >>> units_argument({"path": "/lake/regions", "column": "id", "format": "xlsx"})
+    Traceback (most recent call last):
+    ...
+    ValueError: units['format']='xlsx' must be one of parquet, orc, csv, json, feather, ipc, arrow
+    """
     if units is None:
         return []
     if isinstance(units, Mapping):
         unknown = set(units) - {"path", "column", "format"}
-        if unknown or not units.get("path") or not units.get("column"):
+        if unknown or "path" not in units or "column" not in units:
             raise ValueError(
                 f"units={dict(units)!r} must be a list of unit values or {{'path': ..., 'column': ..., "
-                "'format': 'parquet'}} naming a secondary dataset"
+                "'format': 'parquet'} naming a secondary dataset"
             )
-        return {"format": "parquet", **units}
+        require_paths(**{"units['path']": units["path"]})
+        column_name(units["column"], "units['column']")
+        dataset = {"format": "parquet", **units}
+        if not isinstance(dataset["format"], str) or dataset["format"].lower() not in UNITS_FORMATS:
+            raise ValueError(f"units['format']={dataset['format']!r} must be one of {', '.join(UNITS_FORMATS)}")
+        return {**dataset, "format": dataset["format"].lower()}
     if isinstance(units, str):
         raise ValueError(f"units={units!r} must be a list of unit values, not a string")
     values = [validate_name(u, "units[]") for u in units]

@@ -10,6 +10,8 @@ from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 from airflow.triggers.base import BaseTrigger
 
+from airflow_provider_wm.argument_checks import wait_seconds_argument
+
 __all__ = ["DeferrableStoreSensor"]
 
 
@@ -19,10 +21,18 @@ class DeferrableStoreSensor(BaseSensorOperator):
     Without ``deferrable`` it is a normal sensor (``poke`` or ``reschedule`` mode). With it, ``execute``
     pokes once, then hands the waiting to :meth:`trigger`, whose absolute deadline is ``now + timeout``; the
     deferral gets the same timeout (Airflow does not pass the sensor's own). A trigger's ``timeout`` event
-    ends in :meth:`timed_out`: a skip with ``soft_fail``, else a sensor timeout.
+    ends in :meth:`timed_out`: a skip with ``soft_fail``, else a sensor timeout. ``timeout`` and
+    ``poke_interval`` are seconds or a timedelta, not negative.
     """
 
     deferrable: bool
+
+    def __init__(self, **kwargs: Any) -> None:
+        # before BaseSensorOperator's own checks, whose messages name neither the argument's value nor the task
+        for argument in ("timeout", "poke_interval"):
+            if kwargs.get(argument) is not None:
+                wait_seconds_argument(kwargs[argument], argument)
+        super().__init__(**kwargs)
 
     def trigger(self, context: Context, timeout_at_ms: int) -> BaseTrigger:
         raise NotImplementedError

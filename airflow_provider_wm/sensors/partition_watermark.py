@@ -9,7 +9,8 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.argument_checks import storage_options_argument, store_path_argument
+from airflow_provider_wm.arguments import require_bool
 from airflow_provider_wm.core.partitions import FIRST_PENDING, check_completeness
 from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
@@ -37,7 +38,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
     document it saw complete.
 
     :param pipeline: the upstream pipeline to wait for. Templated.
-    :param store_path: base path or fsspec URL of the watermark store. Templated.
+    :param store_path: absolute base path or fsspec URL of the watermark store. Templated.
     :param start: start of the range (ISO-8601 time, datetime or epoch ms); default the run's
         ``data_interval_start``. Templated.
     :param end: end of the range, exclusive; default the run's ``data_interval_end``. Templated.
@@ -52,7 +53,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         ``False`` waits for an unknown pipeline too, until the timeout: for a sensor that may run before the
         pipeline's first run starts, typically one waiting on another DAG in a new deployment. A sensor
         downstream of its pipeline's operator in the same DAG (the usual layout) never sees that race.
-    :param storage_options: fsspec options of a remote store.
+    :param storage_options: fsspec options of a remote store (a mapping).
     """
 
     template_fields: Sequence[str] = ("pipeline", "store_path", "start", "end")
@@ -74,19 +75,18 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         super().__init__(**kwargs)
         if not is_templated(pipeline):
             validate_name(pipeline, "pipeline")
-        require_paths(store_path=store_path)
+        store_path_argument(store_path)
         start_ms = None if is_templated(start) else to_epoch_ms(start, "start")
         end_ms = None if is_templated(end) else to_epoch_ms(end, "end")
         if start_ms is not None and end_ms is not None:
             _check_range(start, end, start_ms, end_ms)
-        if not isinstance(fail_on_unknown_pipeline, bool):
-            raise ValueError(f"fail_on_unknown_pipeline={fail_on_unknown_pipeline!r} must be True or False")
+        require_bool(fail_on_unknown_pipeline=fail_on_unknown_pipeline, deferrable=deferrable)
         self.fail_on_unknown_pipeline = fail_on_unknown_pipeline
         self.pipeline = pipeline
         self.store_path = store_path
         self.start = start
         self.end = end
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = storage_options_argument(storage_options)
         self.deferrable = deferrable
 
     def _range_ms(self) -> tuple[int, int]:

@@ -10,7 +10,8 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.argument_checks import storage_options_argument, store_path_argument
+from airflow_provider_wm.arguments import require_bool
 from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs
@@ -54,7 +55,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     :param stream: the one stream to wait for. Templated. Exactly one of ``stream`` and ``streams``.
     :param streams: the streams to wait for, each ``"name"`` or ``"name:key"`` (``key``: the ``wm_key`` of
         a keyed watermark of the stream). Templated.
-    :param store_path: base path or fsspec URL of the watermark store. Templated.
+    :param store_path: absolute base path or fsspec URL of the watermark store. Templated.
     :param threshold: ISO-8601 time, datetime or epoch ms; default the run's ``data_interval_end``.
         Templated.
     :param idle_timeout: how long a stream's watermark may stay put before the stream is idle: a
@@ -74,7 +75,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         stream appears with its first watermark), typically a sensor waiting on another DAG in a new
         deployment. The default is ``True`` because on a running deployment every stream a sensor names
         already exists, so an unknown one is a mistake that would otherwise show only as a timeout hours later.
-    :param storage_options: fsspec options of a remote store.
+    :param storage_options: fsspec options of a remote store (a mapping).
     """
 
     template_fields: Sequence[str] = ("stream", "streams", "store_path", "threshold")
@@ -106,7 +107,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         if streams is not None and not is_templated(streams):
             parse_inputs(streams, "streams", skip=[entry for entry in streams if is_templated(entry)])
             streams = list(streams)
-        require_paths(store_path=store_path)
+        store_path_argument(store_path)
         if not is_templated(threshold):
             to_epoch_ms(threshold, "threshold")
         self.idle_timeout_ms = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")
@@ -118,10 +119,9 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         self.threshold = threshold
         self.idle_timeout = idle_timeout
         self.when_all_idle: AllIdlePolicy = check_policy(when_all_idle)
-        if not isinstance(fail_on_unknown_stream, bool):
-            raise ValueError(f"fail_on_unknown_stream={fail_on_unknown_stream!r} must be True or False")
+        require_bool(fail_on_unknown_stream=fail_on_unknown_stream, deferrable=deferrable)
         self.fail_on_unknown_stream = fail_on_unknown_stream
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = storage_options_argument(storage_options)
         self.deferrable = deferrable
 
     def _threshold_ms(self) -> int:

@@ -30,6 +30,14 @@ HOUR_1_END = data.START + timedelta(hours=1)
         ({"marks_path": ""}, "marks_path=''"),
         ({"logical_time": "noon-ish"}, "logical_time='noon-ish'"),
         ({"max_active_tis_per_dag": 3}, "max_active_tis_per_dag=3: a pipeline's runs share one state"),
+        ({"spark_conf": "a=b"}, "spark_conf='a=b' must be a mapping of Spark options"),
+        ({"spark_conf": ["a", "b"]}, r"spark_conf=\['a', 'b'\] must be a mapping of Spark options"),
+        ({"spark_conf": {"spark.x": None}}, r"spark_conf\['spark.x'\]=None must be a string or a number"),
+        ({"spark_conf": {5: "1"}}, "spark_conf: option name 5 must be a non-empty string"),
+        ({"asset": "orders"}, "asset='orders' must be an airflow.sdk.Asset"),
+        ({"asset": 5}, "asset=5 must be an airflow.sdk.Asset"),
+        ({"store_path": "relative/store"}, "store_path='relative/store' must be an absolute path or a URL"),
+        ({"store_path": "s3:/bad"}, "store_path='s3:/bad' is not a URL: write s3://"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
@@ -48,6 +56,19 @@ def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
 def test_one_task_instance_at_a_time_by_default():
     op = ControllerWatermarkOperator(task_id="c", controller="c1", marks_path="/m", segments_path="/s", store_path="/x")
     assert op.max_active_tis_per_dag == 1
+
+
+def test_spark_options_may_be_numbers_and_the_store_a_url_or_a_template():
+    op = ControllerWatermarkOperator(
+        task_id="c", controller="c1", marks_path="/m", segments_path="/s", store_path="s3://lake/wm",
+        spark_conf={"spark.sql.shuffle.partitions": 8, "spark.executor.memory": "2g"},
+    )  # fmt: skip
+    assert op.spark_conf == {"spark.sql.shuffle.partitions": 8, "spark.executor.memory": "2g"}
+    templated = "{{ var.value.wm_store }}"
+    op = ControllerWatermarkOperator(
+        task_id="d", controller="c1", marks_path="/m", segments_path="/s", store_path=templated
+    )
+    assert op.store_path == templated
 
 
 def controller_dag(base, controller: str, **kwargs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -15,6 +16,7 @@ from airflow_provider_wm.core.partitions import PartitionState, UnitStatus, iso_
 from airflow_provider_wm.demo import orders_data
 from airflow_provider_wm.demo.transforms import FAIL_ONCE_ENV, daily_orders
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.operators import partitions_arguments
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.state import pipeline_variable_key
 from tests.airflow_helpers import asset_event_extras, asset_event_partition_keys, asset_state, fresh_dag, run_dag, xcom
@@ -66,11 +68,31 @@ REQUIRED = {
         ({"max_active_tis_per_dag": None}, "max_active_tis_per_dag=None: a pipeline's runs share one state"),
         ({"emit_partition_keys": True}, r"emit_partition_keys=True needs asset=Asset\(...\)"),
         ({"emit_partition_keys": "yes"}, "emit_partition_keys='yes' must be True or False"),
+        ({"dry_run": "no"}, "dry_run='no' must be True or False"),
+        ({"allow_partial_success": "no"}, "allow_partial_success='no' must be True or False"),
+        ({"source_format": "csv"}, "source_format='csv' must be one of 'parquet', 'orc', 'json'"),
+        ({"source_format": None}, "source_format=None must be one of"),
+        ({"source_partition_column": "a b"}, "source_partition_column='a b' must be a column name"),
+        ({"time_column": None}, "time_column=None must be a column name"),
+        ({"units": {"path": 5, "column": "id"}, "unit_column": "r"}, r"units\['path'\]=5 must be a non-empty path"),
+        ({"units": {"path": "/u", "column": "a b"}, "unit_column": "r"}, r"units\['column'\]='a b' must be a column"),
+        (
+            {"units": {"path": "/u", "column": "id", "format": "bogus"}, "unit_column": "r"},
+            r"units\['format'\]='bogus' must be one of parquet",
+        ),
+        ({"target": "/src/"}, "target='/src/' is the same path as source='/src': give each its own"),
+        ({"target": "/src/daily"}, "target='/src/daily' lies inside source='/src'"),
+        ({"target": "/"}, "source='/src' lies inside target='/'"),
+        ({"store_path": "wm-store"}, "store_path='wm-store' must be an absolute path or a URL"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         IncrementalPartitionsOperator(**{**REQUIRED, **kwargs})
+
+
+def test_the_argument_helpers_worked_examples_hold():
+    assert doctest.testmod(partitions_arguments).failed == 0
 
 
 @pytest.mark.parametrize(
@@ -86,6 +108,45 @@ def test_a_transform_function_is_passed_to_the_job_by_its_import_path():
     assert op.transform_callable == "airflow_provider_wm.demo.transforms:daily_orders"
     op = IncrementalPartitionsOperator(**REQUIRED, transform="WITH x AS (SELECT * FROM source) SELECT * FROM x")
     assert op.transform_sql is not None and op.transform_callable is None
+
+
+def test_the_source_format_and_a_units_dataset_are_kept_as_given():
+    op = IncrementalPartitionsOperator(
+        **{**REQUIRED, "source_format": "ORC", "source_partition_column": "event_date", "target": "/src_daily"},
+        units={"path": "s3://lake/regions", "column": "region_id", "format": "CSV"},
+        unit_column="region",
+    )
+    assert (op.source_format, op.source_partition_column) == ("orc", "event_date")
+    assert op.units == {"path": "s3://lake/regions", "column": "region_id", "format": "csv"}
+
+
+def test_a_transform_of_the_dag_file_or_a_script_is_refused_naming_the_argument():
+    def in_a_script(df):
+        return df
+
+    in_a_script.__qualname__, in_a_script.__module__ = "in_a_script", "__main__"
+    with pytest.raises(ValueError, match=r"transform=<function in_a_script .*\(module '__main__'\).*importable module"):
+        IncrementalPartitionsOperator(**REQUIRED, transform=in_a_script)
+
+
+def test_a_dag_file_whose_transform_is_defined_in_it_fails_to_parse_naming_the_argument(airflow_db, tmp_path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag_file = tmp_path / "partitions_with_local_transform.py"
+    dag_file.write_text(
+        "import datetime as dt\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator\n\n"
+        "def my_transform(df):\n"
+        "    return df\n\n"
+        "with DAG('local_transform', schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):\n"
+        "    IncrementalPartitionsOperator(task_id='p', pipeline='p', source='/src', time_column='t', target='/t',\n"
+        "        store_path='/s', watermark={'from': '2026-01-01', 'to': 'P0D'}, transform=my_transform)\n"
+    )
+    bag = DagBag(dag_folder=str(dag_file))
+    (error,) = bag.import_errors.values()
+    assert "transform=<function my_transform" in error
+    assert "(module 'unusual_prefix_" in error and "move the function into an importable module" in error
 
 
 def test_one_task_instance_at_a_time_by_default_and_the_asset_is_an_outlet():

@@ -36,6 +36,13 @@ THRESHOLD_MS = int(THRESHOLD.timestamp() * 1000)
         ({"threshold": "yesterday-ish"}, "threshold='yesterday-ish'"),
         ({"stream": "../etc"}, "stream='../etc'"),
         ({"store_path": ""}, "store_path=''"),
+        ({"store_path": "store"}, "store_path='store' must be an absolute path or a URL"),
+        ({"deferrable": "false"}, "deferrable='false' must be True or False"),
+        ({"storage_options": "anon=true"}, "storage_options='anon=true' must be a mapping of fsspec options"),
+        ({"timeout": -5}, "timeout=-5 must be a non-negative number of seconds or a timedelta"),
+        ({"timeout": timedelta(seconds=-5)}, r"timeout=datetime.timedelta\(days=-1, seconds=86395\) must be"),
+        ({"timeout": "PT1H"}, "timeout='PT1H' must be a non-negative number of seconds"),
+        ({"poke_interval": -1}, "poke_interval=-1 must be a non-negative number of seconds"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
