@@ -21,8 +21,13 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from airflow.sdk import Asset, BaseOperator, Context
 
-from airflow_provider_wm.argument_checks import asset_argument, spark_conf_argument, store_path_argument
-from airflow_provider_wm.arguments import add_asset_outlet, one_task_at_a_time
+from airflow_provider_wm.arguments import (
+    add_asset_outlet,
+    asset_argument,
+    one_task_at_a_time,
+    spark_conf_argument,
+    store_path_argument,
+)
 from airflow_provider_wm.contracts import JobManifest, JobRequest
 from airflow_provider_wm.documents import exists
 from airflow_provider_wm.hooks.spark_job import SparkJobHook

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import Asset, Context
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_provider_wm.arguments import emit_partition_keys_argument, require_bool
+from airflow_provider_wm.arguments import emit_partition_keys_argument, events_format_argument, require_bool
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest, WatermarkRecord, WorkUnitRequest
 from airflow_provider_wm.core.asset_partitions import partition_event_key
 from airflow_provider_wm.core.names import column_name
@@ -35,7 +35,6 @@ from airflow_provider_wm.operators.partitions_arguments import (
     transform_arguments,
     units_argument,
 )
-from airflow_provider_wm.operators.windowed_arguments import events_format_argument
 from airflow_provider_wm.state import PIPELINE_STATE, PipelineState, covered_run
 from airflow_provider_wm.timeutil import duration_ms, format_ms
 

@@ -7,10 +7,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.arguments import kept_apart, require_paths
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.hooks.watermark_store import validate_name
-from airflow_provider_wm.operators.windowed_arguments import kept_apart
 from airflow_provider_wm.timeutil import to_epoch_ms
 
 __all__ = [

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from airflow_provider_wm.arguments import require_paths
+from airflow_provider_wm.arguments import events_format_argument, kept_apart, require_paths
 from airflow_provider_wm.core.coalescing import check_policy
 from airflow_provider_wm.core.names import column_name
 from airflow_provider_wm.core.windowing import (
@@ -29,12 +29,9 @@ from airflow_provider_wm.hooks.watermark_store import validate_name
 from airflow_provider_wm.timeutil import duration_ms
 
 __all__ = [
-    "EVENTS_FORMATS",
     "Duration",
     "check_rollup_arguments",
-    "events_format_argument",
     "global_window",
-    "kept_apart",
     "keys_argument",
     "output_paths",
     "output_stream_argument",
@@ -223,27 +220,6 @@ def parse_inputs(
     return parsed, watermarks
 
 
-#: what the Spark job reads ``events`` as: ``spark.read.format(f).load(path)``, with no reader options, so only
-#: formats that carry (or infer) column names: not CSV (no header option) nor text
-EVENTS_FORMATS = ("parquet", "orc", "json")
-
-
-def events_format_argument(value: object, argument: str = "events_format") -> str:
-    """The events' format in lower case, one of :data:`EVENTS_FORMATS`.
-
-    >>> events_format_argument("Parquet")
-    'parquet'
-    >>> events_format_argument("csv")
-    Traceback (most recent call last):
-    ...
-    ValueError: events_format='csv' must be one of 'parquet', 'orc', 'json' (the Spark job reads them without options)
-    """
-    if not isinstance(value, str) or value.lower() not in EVENTS_FORMATS:
-        formats = ", ".join(map(repr, EVENTS_FORMATS))
-        raise ValueError(f"{argument}={value!r} must be one of {formats} (the Spark job reads them without options)")
-    return value.lower()
-
-
 def keys_argument(keys: object) -> tuple[str, ...]:
     """The grouping columns as a tuple: a list or tuple of names, not one name.
 
@@ -284,29 +260,6 @@ def read_per_run(events: str, arrival_column: str | None, prefix: str = "") -> N
             "the whole path again and counts its events again, so the events path must be templated per run "
             "(e.g. '.../ingest_date={{ ds }}'), or name the arrival_column"
         )
-
-
-def kept_apart(writes: Mapping[str, str], reads: Mapping[str, str]) -> None:
-    """A path the aggregate writes must not be, hold, or lie inside another path it writes or reads (trailing
-    slashes aside): the writes would overwrite each other, or the next run would read its own output.
-
-    >>> kept_apart({"output": "/data/panes", "late_output": "/data/panes_late"}, {"events": "/data/orders"})
-    >>> kept_apart({"output": "/data/panes", "late_output": "/data/panes/late"}, {})
-    Traceback (most recent call last):
-    ...
-    ValueError: late_output='/data/panes/late' lies inside output='/data/panes': give each its own
-    """
-    named = [*writes.items(), *reads.items()]
-    for index, (argument, path) in enumerate(named[: len(writes)]):
-        for other, other_path in named[index + 1 :]:
-            if path.rstrip("/") == other_path.rstrip("/"):
-                raise ValueError(f"{argument}={path!r} is the same path as {other}={other_path!r}: give each its own")
-            for (inner, inner_path), (outer, outer_path) in (
-                ((argument, path), (other, other_path)),
-                ((other, other_path), (argument, path)),
-            ):
-                if inner_path.rstrip("/").startswith(f"{outer_path.rstrip('/')}/"):
-                    raise ValueError(f"{inner}={inner_path!r} lies inside {outer}={outer_path!r}: give each its own")
 
 
 def output_paths(output: str, late_output: str | None, store_path: str, sources: Mapping[str, Any]) -> str:

@@ -10,7 +10,7 @@ from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 from airflow.triggers.base import BaseTrigger
 
-from airflow_provider_wm.argument_checks import wait_seconds_argument
+from airflow_provider_wm.arguments import wait_seconds_argument
 
 __all__ = ["DeferrableStoreSensor"]
 

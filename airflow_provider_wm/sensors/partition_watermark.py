@@ -9,8 +9,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.argument_checks import storage_options_argument, store_path_argument
-from airflow_provider_wm.arguments import require_bool
+from airflow_provider_wm.arguments import require_bool, storage_options_argument, store_path_argument
 from airflow_provider_wm.core.partitions import FIRST_PENDING, check_completeness
 from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink

@@ -10,8 +10,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.argument_checks import storage_options_argument, store_path_argument
-from airflow_provider_wm.arguments import require_bool
+from airflow_provider_wm.arguments import require_bool, storage_options_argument, store_path_argument
 from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs
