@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 from airflow_provider_wm.core.controller import MarkKind
 from airflow_provider_wm.core.names import is_valid_stream_name
 from airflow_provider_wm.core.progress import MAX_CHUNKS
-from airflow_provider_wm.core.segments import Segment, segment_map
+from airflow_provider_wm.core.segments import Segment, overlapping_in_epoch, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS, is_valid_time_ms
 
 __all__ = ["MARKS_SCHEMA", "SEGMENTS_SCHEMA", "MarksWriter"]
@@ -256,9 +256,15 @@ class MarksWriter:
         parsed = [self._segment(value, index) for index, value in enumerate(given)]
         if self.validate:
             try:
-                segment_map(Segment(*s) for s in parsed)
+                declared = segment_map(Segment(*s) for s in parsed)
             except ValueError as exc:
                 raise ValueError(f"segments={given!r}: {exc}") from None
+            overlapping = overlapping_in_epoch(declared.values())
+            if overlapping:
+                raise ValueError(
+                    f"segments={given!r}: segments {sorted(overlapping)} overlap within one epoch; the segments of an "
+                    "epoch split the key space, and a scaling starts a new epoch (segment_id = epoch << 32 | number)"
+                )
         columns = ("segment_id", "key_start", "key_end")
         rows = [{"stream": self.stream, **dict(zip(columns, s, strict=True))} for s in parsed]
         table = pa.Table.from_pylist(rows, SEGMENTS_SCHEMA)

@@ -267,6 +267,10 @@ def note(**overrides):
         (lambda w: w.write_segments([(-1, 0.0, 1.0)]), r"segments\[0\]=\(-1, 0.0, 1.0\): segment_id -1 must be"),
         (lambda w: w.write_segments([]), r"segments=\[\] declares no segment"),
         (lambda w: w.write_segments([(0, 0.0, 0.5), (0, 0.5, 1.0)]), "segments=.*: segment id 0 is defined twice"),
+        (
+            lambda w: w.write_segments([(0, 0.0, 0.6), (1, 0.5, 1.0), (2**32, 0.0, 1.0)]),
+            r"segments=.*: segments \[0, 1\] overlap within one epoch",
+        ),
     ],
 )
 def test_a_bad_argument_is_named_with_its_value(tmp_path, call, message):

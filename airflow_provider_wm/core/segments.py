@@ -35,6 +35,7 @@ __all__ = [
     "cut_position_at",
     "epoch_of",
     "missing_ranges",
+    "overlapping_in_epoch",
     "segment_map",
     "stream_cut",
     "upper_bound",
@@ -87,6 +88,28 @@ def segment_map(segments: Iterable[Segment]) -> dict[int, Segment]:
             raise ValueError(f"segment id {seg.segment_id} is defined twice: {known} and {seg}")
         out[seg.segment_id] = seg
     return out
+
+
+def overlapping_in_epoch(segments: Iterable[Segment]) -> set[int]:
+    """The ids of segments whose key range overlaps another segment of the same epoch. A stream's segments of one
+    epoch split its key space without overlap (a scaling starts a new epoch), so such a pair is conflicting input:
+    neither can be trusted, and :meth:`Segment.is_successor_of` would silently drop the lower id from every cut.
+
+    >>> overlapping_in_epoch([Segment(0, 0.0, 0.6), Segment(1, 0.5, 1.0), Segment(2**32, 0.0, 1.0)])
+    {0, 1}
+    """
+    by_epoch: dict[int, list[Segment]] = {}
+    for segment in segments:
+        by_epoch.setdefault(segment.epoch, []).append(segment)
+    found: set[int] = set()
+    for group in by_epoch.values():
+        group.sort(key=lambda segment: segment.key_start)
+        for index, segment in enumerate(group):
+            for later in group[index + 1 :]:  # sorted by start: only the next ones can start before this one ends
+                if later.key_start >= segment.key_end:
+                    break
+                found.update((segment.segment_id, later.segment_id))
+    return found
 
 
 def upper_bound(positions: Iterable[Mapping[int, int]], segments: Mapping[int, Segment]) -> StreamCut:

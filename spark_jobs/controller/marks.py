@@ -17,7 +17,7 @@ from airflow_provider_wm.core.controller import (
     Quarantine,
 )
 from airflow_provider_wm.core.names import STREAM_NAME_PATTERN
-from airflow_provider_wm.core.segments import Segment
+from airflow_provider_wm.core.segments import Segment, overlapping_in_epoch
 from spark_jobs.common import (
     conform,
     empty_frame,
@@ -88,8 +88,9 @@ def read_segments(spark: SparkSession, path: str) -> tuple[dict[str, dict[int, S
     rows were invalid.
 
     Segments are few (a stream has tens to thousands), so they are collected and validated by the reference
-    (``core.segments.Segment``); a row with a bad range or id, or an id defined twice with different ranges,
-    is left out and counted.
+    (``core.segments.Segment``); a row with a bad range or id, an id defined twice with different ranges, or
+    segments of one epoch whose ranges overlap (:func:`~airflow_provider_wm.core.segments.overlapping_in_epoch`)
+    are left out and counted.
     """
     segments = read_parquet_or_empty(spark, path, SEGMENTS_SCHEMA)
     rows = list(dict.fromkeys(segments.collect()))  # one row per segment: small; duplicates dropped here, no shuffle
@@ -109,6 +110,8 @@ def read_segments(spark: SparkSession, path: str) -> tuple[dict[str, dict[int, S
         if segment.segment_id in known:
             conflicting.add((row["stream"], segment.segment_id))
         known[segment.segment_id] = segment
+    for stream, known in by_stream.items():
+        conflicting.update((stream, segment_id) for segment_id in overlapping_in_epoch(known.values()))
     for stream, segment_id in conflicting:
         invalid += sum(1 for r in rows if (r["stream"], r["segment_id"]) == (stream, segment_id))
         del by_stream[stream][segment_id]

@@ -25,7 +25,7 @@ from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.controller import run
 from spark_jobs.controller.emission import SINGLE_TASK_MARKS
-from spark_jobs.controller.marks import is_known, names_unknown_segment
+from spark_jobs.controller.marks import is_known, names_unknown_segment, read_segments
 from tests.factories import (
     E1,
     ROUND_1,
@@ -556,6 +556,27 @@ def test_a_time_ms_of_the_wrong_type_fails_naming_the_column_its_type_and_the_ex
     with pytest.raises(ValueError, match=r"column 'time_ms' has type string, expected bigint"):
         run(spark, controller_request(tmp_path, str(marks_path), segments))
     assert not (tmp_path / "state").exists()
+
+
+def test_invalid_duplicated_and_overlapping_segments_are_left_out_and_counted(spark, tmp_path):
+    """Segments of one epoch split the key space: two that overlap are conflicting, and neither is used (a mark on
+    either is then quarantined as an unknown segment) instead of the higher id silently replacing the lower."""
+    rows = [
+        ("s", 0, 0.0, 0.5), ("s", 1, 0.5, 1.0), ("s", 2**32 | 2, 0.0, 1.0),  # a valid split, then a merge
+        ("s", 5, 0.7, 0.2),  # a bad range
+        ("t", 0, 0.0, 0.6), ("t", 1, 0.5, 1.0), ("t", 2**32, 0.0, 1.0),  # 0 and 1 overlap in epoch 0
+        ("u", 3, 0.0, 1.0), ("u", 3, 0.0, 0.5),  # one id, two ranges
+    ]  # fmt: skip
+    spark.createDataFrame(rows, "stream string, segment_id long, key_start double, key_end double").write.parquet(
+        str(tmp_path / "segments")
+    )
+    by_stream, invalid = read_segments(spark, str(tmp_path / "segments"))
+    assert {stream: sorted(known) for stream, known in by_stream.items()} == {
+        "s": [0, 1, 2**32 | 2],
+        "t": [2**32],
+        "u": [],
+    }
+    assert invalid == 5
 
 
 def test_empty_marks_and_segments_folders_are_a_round_with_no_marks(spark, tmp_path):
