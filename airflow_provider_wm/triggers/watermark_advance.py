@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import pendulum
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider_wm.arguments import require_paths
@@ -49,24 +48,12 @@ def every_ms_of(every: Any) -> int:
 
     >>> every_ms_of("PT1H"), every_ms_of(dt.timedelta(minutes=15)), every_ms_of(90)
     (3600000, 900000, 90000)
-    >>> every_ms_of("P1M")
+    >>> every_ms_of("P1M")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: every='P1M' must be a fixed length (weeks, days, hours, minutes, seconds): months and years vary
+    ValueError: every='P1M' has a years or months component: months and years have no fixed length; ...
     """
-    if isinstance(every, str):
-        try:
-            parsed = pendulum.parse(every.strip())
-        except Exception:
-            parsed = None
-        if getattr(parsed, "months", 0) or getattr(parsed, "years", 0):
-            raise ValueError(
-                f"every={every!r} must be a fixed length (weeks, days, hours, minutes, seconds): months and years vary"
-            )
-    ms = duration_ms(every, "every")
-    if ms <= 0:
-        raise ValueError(f"every={every!r} must be positive")
-    return ms
+    return duration_ms(every, "every", positive=True)
 
 
 def _iso(ms: int) -> str:

@@ -310,7 +310,7 @@ def test_a_trigger_shared_by_the_watchers_of_two_assets_says_it_keeps_one_cursor
         ({"stream": "../etc"}, r"stream entry '../etc' is not 'stream' or 'stream:key'"),
         ({"streams": []}, r"streams=\[\] names no stream"),
         ({"stream": "orders", "store_path": " "}, r"store_path=' ' must be a non-empty path"),
-        ({"stream": "orders", "every": "P1M"}, r"every='P1M' must be a fixed length"),
+        ({"stream": "orders", "every": "P1M"}, r"every='P1M' has a years or months component"),
         ({"stream": "orders", "every": "hourly"}, r"every='hourly' is not an ISO-8601 duration"),
         ({"stream": "orders", "every": 0}, r"every=0 must be positive"),
         (
