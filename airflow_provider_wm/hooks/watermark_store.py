@@ -480,11 +480,12 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             logged = None
         return {**(logged or {}), "lower_ms": lower}
 
-    def write_pipeline_state(self, pipeline: str, document: Mapping[str, Any]) -> bool:
+    def write_pipeline_state(self, pipeline: str, document: Mapping[str, Any], *, restart: bool = False) -> bool:
         """Replace the pipeline's state document (atomically), unless it holds a later ``version``: returns False
         (and logs) then. The operator writes it right after its commit; it is a mirror for readers, not the source
         of truth, and a slow run that committed version 4 cannot overwrite the copy of version 5. A damaged copy
-        is replaced."""
+        is replaced, and so is any copy on ``restart`` (the first commit of a pipeline started over: its versions
+        count from 1 again)."""
         path = self.pipeline_state_path(pipeline)
         with self._lock(path.rsplit("/", 1)[0]):
             try:
@@ -493,7 +494,8 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
                 stored = None
             stored_version = None if stored is None else stored.get("version")
             version = document.get("version")
-            if isinstance(stored_version, int) and isinstance(version, int) and stored_version > version:
+            later = isinstance(stored_version, int) and isinstance(version, int) and stored_version > version
+            if later and not restart:
                 log.warning(
                     "The store's state of pipeline %s holds version %s: version %s not written over it",
                     pipeline,

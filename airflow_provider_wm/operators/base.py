@@ -168,9 +168,11 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         """Output watermarks, written before the commit (idempotent and monotone: a run whose commit is refused
         cannot move them back, and a reader of a watermark never sees data that is not committed yet)."""
 
-    def mirror_state(self, run: JobRound[StateT], outcome: Outcome[StateT]) -> None:
-        """The store's copy of the committed state (what sensors and the UI read), written right after the commit:
-        a run whose commit is refused never writes it."""
+    def mirror_document(self, document: StateT, summary: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The store's copy of a committed state (``pipelines/<name>/state.json``: what sensors and the UI read),
+        with the run's ``summary`` (None: a covered run repairing it); None: the operator keeps no copy. Written
+        right after the commit (a run whose commit is refused never writes it) and repaired by a covered run."""
+        return None
 
     def lineage(self, document: StateT, summary: dict[str, Any] | None) -> RunLineage | None:
         """What the run read, wrote and committed, for OpenLineage (``summary`` None: a covered run)."""
@@ -198,6 +200,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         committed = self.read_committed(context)
         until = None if committed is None else self.covered_until(committed)
         if committed is not None and until is not None and now_ms <= until:
+            self._repair_mirror(committed)
             covered = self.covered(context, committed, until, now_ms)
             self.run_lineage = self._with_covered_by(self.lineage(committed, None), committed.run_id)
             return covered
@@ -215,16 +218,23 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
                 context["outlet_events"][self.asset].add_partitions(outcome.partition_keys)
         self.run_lineage = self.lineage(outcome.document, outcome.summary)  # before the commit: it may fail
         self.commit(context, outcome.document, committed)
-        try:
-            self.mirror_state(run, outcome)
-        except Exception:  # committed: failing the task now would fail a run whose state has advanced
-            self.log.warning(
-                "committed version %s, but the store's copy of the state could not be written; the next run "
-                "rewrites it",
-                outcome.document.version,
-                exc_info=True,
-            )
+        mirror = self.mirror_document(outcome.document, outcome.summary)
+        if mirror is not None:  # a failure fails the task: its retry is covered and repairs the copy
+            run.store.write_pipeline_state(self.state_name(), mirror, restart=committed is None)
         return outcome.summary
+
+    def _repair_mirror(self, committed: StateT) -> None:
+        """A covered run rewrites the store's copy when it is missing or behind the committed version (its run was
+        killed, or its write failed, between the commit and the copy)."""
+        mirror = self.mirror_document(committed, None)
+        if mirror is None:
+            return
+        store = WatermarkStoreHook(self.store_path)
+        copy = store.read_pipeline_state(self.state_name())
+        version = None if copy is None else copy.get("version")
+        if not isinstance(version, int) or version < committed.version:
+            self.log.info("Rewriting the store's copy of version %s (it held %s)", committed.version, version)
+            store.write_pipeline_state(self.state_name(), mirror)
 
     @staticmethod
     def _with_covered_by(lineage: RunLineage | None, run_id: str) -> RunLineage | None:

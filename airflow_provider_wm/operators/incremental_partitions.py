@@ -320,19 +320,10 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         assert outcome.document is not None
         self._publish_output_watermark(run.store, outcome.document)
 
-    def mirror_state(self, run: JobRound[PipelineState], outcome: Outcome[PipelineState]) -> None:
-        """The store's state document: what the completeness sensor reads."""
-        document = outcome.document
-        assert document is not None
-        run.store.write_pipeline_state(
-            self.pipeline,
-            {
-                **document.to_json(),
-                "kind": "partitions",
-                "last_plan": outcome.summary["plan"],
-                "last_summary": outcome.summary,
-            },
-        )
+    def mirror_document(self, document: PipelineState, summary: dict[str, Any] | None) -> dict[str, Any]:
+        """What the completeness sensor reads, with the last run's plan."""
+        plan = None if summary is None else summary["plan"]
+        return {**document.to_json(), "kind": "partitions", "last_plan": plan, "last_summary": summary}
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: PipelineState) -> None:
         """The derived stream's watermark: the end of the partitions done for every unit, with all earlier ones

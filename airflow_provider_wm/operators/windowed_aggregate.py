@@ -390,11 +390,8 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         assert outcome.document is not None
         self._publish_output_watermark(run.store, outcome.document)
 
-    def mirror_state(self, run: JobRound[WindowedState], outcome: Outcome[WindowedState]) -> None:
-        assert outcome.document is not None
-        run.store.write_pipeline_state(
-            self.pipeline, {**outcome.document.to_json(), "kind": "windowed", "last_summary": outcome.summary}
-        )
+    def mirror_document(self, document: WindowedState, summary: dict[str, Any] | None) -> dict[str, Any]:
+        return {**document.to_json(), "kind": "windowed", "last_summary": summary}
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: WindowedState) -> None:
         """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""

@@ -530,3 +530,10 @@ def test_the_store_copy_of_a_pipeline_state_never_goes_back_to_an_earlier_versio
     assert store.write_pipeline_state("p", {"version": 5, "run_id": "later", "rewritten": True})
     (tmp_path / "pipelines" / "p" / "state.json").write_text("{damaged")
     assert store.write_pipeline_state("p", {"version": 3, "run_id": "restored"})
+
+
+def test_a_restarted_pipelines_first_copy_replaces_the_copy_of_its_earlier_life(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.write_pipeline_state("p", {"version": 57, "run_id": "old"})
+    assert store.write_pipeline_state("p", {"version": 1, "run_id": "new"}, restart=True)
+    assert store.read_pipeline_state("p")["run_id"] == "new"

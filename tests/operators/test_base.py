@@ -6,11 +6,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from airflow.models.variable import Variable
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.base import JobRound, Outcome
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
-from airflow_provider_wm.state import PipelineState, commit_pipeline_state
+from airflow_provider_wm.state import PipelineState, commit_pipeline_state, pipeline_variable_key
 from tests.airflow_helpers import fresh_dag, run_dag
 from tests.operators.test_incremental_partitions import committed
 
@@ -52,3 +53,38 @@ def test_a_run_whose_commit_is_refused_leaves_the_store_copy_of_the_state_to_the
     assert committed("p_overtaken")["run_id"] == "overtaking_run"
     mirrored = WatermarkStoreHook(str(tmp_path / "store")).read_pipeline_state("p_overtaken")
     assert mirrored is not None and mirrored["run_id"] == "overtaking_run"
+
+
+@pytest.mark.slow
+def test_a_covered_run_repairs_a_missing_store_copy_and_a_pipeline_started_over_replaces_the_old_one(
+    airflow_db, tmp_path
+):
+    (tmp_path / "orders").mkdir()
+    dag = fresh_dag("mirror_repair")
+    with dag:
+        IncrementalPartitionsOperator(
+            task_id="orders",
+            pipeline="p_mirror",
+            source=str(tmp_path / "orders"),
+            time_column="event_time",
+            watermark={"from": "2026-01-05", "to": "P0D"},
+            target=str(tmp_path / "target"),
+            store_path=str(tmp_path / "store"),
+        )
+    store = WatermarkStoreHook(str(tmp_path / "store"))
+    _run, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "success"}
+    first = committed("p_mirror")
+    (tmp_path / "store" / "pipelines" / "p_mirror" / "state.json").unlink()  # killed between commit and copy
+    _run, states = run_dag(dag, JAN_6)  # covered: nothing to compute
+    assert states == {"orders": "success"}
+    repaired = store.read_pipeline_state("p_mirror")
+    assert repaired is not None and (repaired["version"], repaired["run_id"]) == (first["version"], first["run_id"])
+
+    store.write_pipeline_state("p_mirror", {**repaired, "version": 57, "run_id": "before_starting_over"})
+    Variable.delete(pipeline_variable_key("p_mirror"))  # starting over: its versions count from 1 again
+    _run, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "success"}
+    restarted = store.read_pipeline_state("p_mirror")
+    assert restarted is not None and restarted["run_id"] == committed("p_mirror")["run_id"]
+    assert restarted["version"] == 1
