@@ -98,8 +98,9 @@ def require_bool(**values: Any) -> None:
 
 
 #: what the Spark job reads ``events`` as: ``spark.read.format(f).load(path)``, with no reader options, so only
-#: formats that carry (or infer) column names: not CSV (no header option) nor text
-EVENTS_FORMATS = ("parquet", "orc", "json")
+#: formats that carry (or infer) column names: not CSV (no header option) nor text. ``avro`` and ``delta`` need
+#: their package where the job runs (``spark-avro``, ``delta-spark``)
+EVENTS_FORMATS = ("parquet", "orc", "json", "avro", "delta")
 
 
 def events_format_argument(value: object, argument: str = "events_format") -> str:
@@ -107,10 +108,10 @@ def events_format_argument(value: object, argument: str = "events_format") -> st
 
     >>> events_format_argument("Parquet")
     'parquet'
-    >>> events_format_argument("csv")
+    >>> events_format_argument("csv")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: events_format='csv' must be one of 'parquet', 'orc', 'json' (the Spark job reads them without options)
+    ValueError: events_format='csv' must be one of 'parquet', 'orc', 'json', 'avro', 'delta' (the Spark job reads ...
     """
     if not isinstance(value, str) or value.lower() not in EVENTS_FORMATS:
         formats = ", ".join(map(repr, EVENTS_FORMATS))

@@ -27,10 +27,6 @@ _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
 UNITS_FORMATS = ("parquet", "orc", "csv", "json", "feather", "ipc", "arrow")
 """What a secondary dataset of units is read as (``pyarrow.dataset``, in the task)."""
 
-_DAG_FILE_MODULES = ("unusual_prefix_", "__main__")
-"""Module names of code that is not importable elsewhere: Airflow's name for a DAG file it parsed
-(``unusual_prefix_<hash>_<file>``) and a script's."""
-
 
 def source_and_target(source: object, target: object) -> None:
     """Both are paths, and different datasets: writing the target must not rewrite the source
@@ -65,8 +61,9 @@ def transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str
     """``(sql, import path)``: a SQL statement over the view ``source``, a ``module:function`` path, or a
     module-level function of an importable module (taken by its import path, so the Spark job can import it).
 
-    A function defined in the DAG file itself is refused: Airflow imports a DAG file under a made-up module
-    name (``unusual_prefix_<hash>_<file>``) that the Spark job cannot import.
+    A function defined in the DAG file itself runs in connect mode (the job runs in the task's process, which
+    has imported the DAG file); ``spark-submit`` cannot import it (:func:`spark_jobs.partitions.layout.load_transform`
+    says so).
 
     >>> transform_arguments("airflow_provider_wm.demo.transforms:daily_orders")
     (None, 'airflow_provider_wm.demo.transforms:daily_orders')
@@ -77,12 +74,10 @@ def transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str
         module, name = getattr(transform, "__module__", None), getattr(transform, "__qualname__", "")
         if not module or "<" in name or "." in name:
             raise ValueError(f"transform={transform!r} must be a module-level function the Spark job can import")
-        _check_importable(transform, module)
         return None, f"{module}:{name}"
     if isinstance(transform, str) and transform.strip():
         text = transform.strip()
         if _IMPORT_PATH.match(text) and ":" in text:
-            _check_importable(transform, text.partition(":")[0])
             return None, text
         if re.match(r"(?is)^\s*(select|with|from)\b", text):
             return text, None
@@ -90,15 +85,6 @@ def transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str
         f"transform={transform!r} is neither a SQL statement over the view `source` (SELECT ... FROM source) "
         "nor an import path 'package.module:function'"
     )
-
-
-def _check_importable(transform: object, module: str) -> None:
-    if module.startswith(_DAG_FILE_MODULES):
-        raise ValueError(
-            f"transform={transform!r} is defined in the DAG file (module {module!r}), which the Spark job cannot "
-            "import: move the function into an importable module (a package installed on the workers) and pass "
-            "it, or 'package.module:function'"
-        )
 
 
 def units_argument(units: Sequence[str] | Mapping[str, Any] | None) -> list[str] | dict[str, Any]:

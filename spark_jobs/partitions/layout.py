@@ -137,6 +137,11 @@ def any_of(conditions: list[Column]) -> Column:
     return result
 
 
+DAG_FILE_MODULES = ("unusual_prefix_", "__main__")
+"""Module names of code only its own process can import: Airflow's name for a DAG file it parsed
+(``unusual_prefix_<hash>_<file>``) and a script's."""
+
+
 def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame], DataFrame]:
     """The user's transformation: SQL over the view ``source``, or ``package.module:function``."""
     if args.transform_sql:
@@ -149,7 +154,17 @@ def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame
         return run_sql
     if args.transform_callable:
         module_name, _, function_name = args.transform_callable.replace(":", ".").rpartition(".")
-        function = getattr(importlib.import_module(module_name), function_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            if not module_name.startswith(DAG_FILE_MODULES):
+                raise
+            raise ValueError(
+                f"transform {args.transform_callable!r} is defined in a DAG file (Airflow's module name for it), which "
+                "this Spark driver cannot import (spark-submit: the job runs in its own process); move the function "
+                "into an importable module (a package installed where the job runs), or run in connect mode"
+            ) from None
+        function = getattr(module, function_name)
         return lambda _spark, frame: function(frame)
     return lambda _spark, frame: frame
 

@@ -64,7 +64,7 @@ def test_a_firing_switch_that_is_not_a_bool_is_refused(argument, value):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"events_format": "bogus"}, "events_format='bogus' must be one of 'parquet', 'orc', 'json'"),
+        ({"events_format": "bogus"}, "events_format='bogus' must be one of 'parquet', 'orc', 'json', 'avro', 'delta'"),
         ({"events_format": "csv"}, "events_format='csv' must be one of"),
         ({"events_format": None}, "events_format=None must be one of"),
         ({"inputs": with_input("refunds", events_format="text")}, r"inputs\['refunds'\].events_format='text' must be"),

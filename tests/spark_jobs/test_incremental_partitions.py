@@ -4,7 +4,10 @@ overwrite, failures, an empty source."""
 from __future__ import annotations
 
 import shutil
+import sys
+import types
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.partitions import Job, partition_key, run
+from spark_jobs.partitions.layout import load_transform
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
 UNITS = ["eu", "us"]
@@ -449,3 +453,19 @@ def test_a_partial_re_execution_that_finds_no_rows_keeps_the_units_earlier_rows(
         shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
     manifest = execute(spark, tmp_path, p3, "c4", source_partition_column="event_date")
     assert manifest["status"] == "succeeded" and target_rows(spark, tmp_path) == before
+
+
+def test_a_transform_of_a_dag_file_is_found_in_the_process_that_parsed_it_and_refused_clearly_elsewhere(monkeypatch):
+    """Connect mode runs the job in the task's process, which imported the DAG file under Airflow's module name;
+    a ``spark-submit`` driver has no such module and says what to do."""
+    dag_file = types.ModuleType("unusual_prefix_0123_orders_dag")
+    dag_file.double = lambda frame: ("doubled", frame)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, dag_file.__name__, dag_file)
+    request = PartitionsRequest(
+        pipeline="p", run_id="r", work_units=[], source="/s", time_column="t", target="/t", round_out="/o",
+        transform_callable="unusual_prefix_0123_orders_dag:double",
+    )  # fmt: skip
+    assert load_transform(request)(None, "frame") == ("doubled", "frame")  # type: ignore[arg-type]
+    elsewhere = replace(request, transform_callable="unusual_prefix_9999_other_dag:double")
+    with pytest.raises(ValueError, match=r"^transform 'unusual_prefix_9999_other_dag:double' is defined in a DAG file"):
+        load_transform(elsewhere)
