@@ -120,26 +120,40 @@ def events_format_argument(value: object, argument: str = "events_format") -> st
 
 
 def kept_apart(writes: Mapping[str, str], reads: Mapping[str, str]) -> None:
-    """A path the aggregate writes must not be, hold, or lie inside another path it writes or reads (trailing
-    slashes aside): the writes would overwrite each other, or the next run would read its own output.
+    """A path an operator writes must not be, hold, or lie inside another path it writes or reads (compared as
+    :func:`_comparable`): the writes would overwrite each other, or the next run would read its own output.
 
     >>> kept_apart({"output": "/data/panes", "late_output": "/data/panes_late"}, {"events": "/data/orders"})
-    >>> kept_apart({"output": "/data/panes", "late_output": "/data/panes/late"}, {})
+    >>> kept_apart({"output": "s3a://lake/panes", "late_output": "s3://lake/panes/late"}, {})
     Traceback (most recent call last):
     ...
-    ValueError: late_output='/data/panes/late' lies inside output='/data/panes': give each its own
+    ValueError: late_output='s3://lake/panes/late' lies inside output='s3a://lake/panes': give each its own
     """
     named = [*writes.items(), *reads.items()]
     for index, (argument, path) in enumerate(named[: len(writes)]):
         for other, other_path in named[index + 1 :]:
-            if path.rstrip("/") == other_path.rstrip("/"):
+            if _comparable(path) == _comparable(other_path):
                 raise ValueError(f"{argument}={path!r} is the same path as {other}={other_path!r}: give each its own")
             for (inner, inner_path), (outer, outer_path) in (
                 ((argument, path), (other, other_path)),
                 ((other, other_path), (argument, path)),
             ):
-                if inner_path.rstrip("/").startswith(f"{outer_path.rstrip('/')}/"):
+                if _comparable(inner_path).startswith(f"{_comparable(outer_path)}/"):
                     raise ValueError(f"{inner}={inner_path!r} lies inside {outer}={outer_path!r}: give each its own")
+
+
+def _comparable(path: str) -> str:
+    """A path as :func:`kept_apart` compares it: without a trailing slash, ``file://`` and ``file:`` as a local
+    path, and Hadoop's ``s3a://``/``s3n://`` as ``s3://`` (one bucket under three names)."""
+    text = path.rstrip("/")
+    for alias in ("s3a://", "s3n://"):
+        if text.startswith(alias):
+            return "s3://" + text[len(alias) :]
+    if text.startswith("file://"):
+        return text[len("file://") :]
+    if text.startswith("file:"):
+        return text[len("file:") :]
+    return text
 
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(.*)$", re.DOTALL)
@@ -243,7 +257,7 @@ def wait_seconds_argument(value: Any, argument: str) -> None:
     >>> wait_seconds_argument(-5, "timeout")
     Traceback (most recent call last):
     ...
-    ValueError: timeout=-5 must be a non-negative number of seconds or a timedelta
+    ValueError: timeout=-5 must be a finite, non-negative number of seconds or a timedelta
     """
     if isinstance(value, dt.timedelta):
         seconds = value.total_seconds()
@@ -252,4 +266,4 @@ def wait_seconds_argument(value: Any, argument: str) -> None:
     else:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{argument}={value!r} must be a non-negative number of seconds or a timedelta")
+        raise ValueError(f"{argument}={value!r} must be a finite, non-negative number of seconds or a timedelta")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import pendulum
@@ -55,6 +56,12 @@ _NO_FIXED_LENGTH = (
 )
 
 
+def _half_up_ms(seconds: float) -> int:
+    """Seconds as whole milliseconds, half up like the other forms (its decimal text, not the binary float:
+    ``0.0025`` is 3 ms, as ``timedelta(microseconds=2500)`` and ``PT0.0025S`` are)."""
+    return int((Decimal(repr(seconds)) * 1000).to_integral_value(ROUND_HALF_UP))
+
+
 def duration_ms(value: Any, argument: str, *, positive: bool = False) -> int:
     """A non-negative duration (``positive``: above zero): ``timedelta``, seconds (int/float) or ISO-8601
     (``PT10M``) -> whole milliseconds by integer arithmetic (a float of seconds is rounded to the nearest ms).
@@ -81,7 +88,7 @@ def duration_ms(value: Any, argument: str, *, positive: bool = False) -> int:
             raise ValueError(f"{argument}={value!r} must not be negative")
         if value > MAX_DURATION_MS // 1000:
             raise ValueError(f"{argument}={value!r} is too large: at most {_MAX_DAYS} days")
-        nonzero, ms = value > 0, (value * 1000 if isinstance(value, int) else round(value * 1000))
+        nonzero, ms = value > 0, (value * 1000 if isinstance(value, int) else _half_up_ms(value))
     elif isinstance(value, str):
         microseconds = _iso_microseconds(value, argument)
         nonzero, ms = microseconds > 0, (microseconds + 500) // 1000

@@ -72,5 +72,5 @@ def test_a_wait_is_seconds_or_a_timedelta(value):
 
 @pytest.mark.parametrize("value", [True, float("nan"), None, timedelta(seconds=-1)])
 def test_a_wait_that_is_no_duration_is_refused(value):
-    with pytest.raises(ValueError, match=re.escape(f"timeout={value!r} must be a non-negative number")):
+    with pytest.raises(ValueError, match=re.escape(f"timeout={value!r} must be a finite, non-negative number")):
         wait_seconds_argument(value, "timeout")

@@ -117,3 +117,11 @@ def test_a_zero_duration_is_refused_only_where_a_positive_one_is_required(value)
     assert duration_ms(value, "grace_period") == 0
     with pytest.raises(ValueError, match=f"^writer_timeout={re.escape(repr(value))} must be positive$"):
         duration_ms(value, "writer_timeout", positive=True)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "timedelta_form", "iso"),
+    [(0.0025, timedelta(microseconds=2500), "PT0.0025S"), (0.0005, timedelta(microseconds=500), "PT0.0005S")],
+)
+def test_every_form_of_a_duration_rounds_half_up_to_the_same_millisecond(seconds, timedelta_form, iso):
+    assert duration_ms(seconds, "d") == duration_ms(timedelta_form, "d") == duration_ms(iso, "d")

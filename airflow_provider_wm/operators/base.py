@@ -196,6 +196,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         return now_ms
 
     def execute(self, context: Context) -> dict[str, Any]:
+        store_path_argument(self.store_path)  # once more as rendered: a template is checked only now
         now_ms = self.round_time_ms()
         committed = self.read_committed(context)
         until = None if committed is None else self.covered_until(committed)

@@ -155,6 +155,14 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
             "published": published,  # label -> False when the store already had a watermark as high
         }
         self._log_summary(summary)
+        if manifest.totals.invalid_segments:
+            self.log.warning(
+                "%s segment rows of %s were left out (a bad key range or id, an id with two ranges, or segments of "
+                "one epoch whose ranges overlap: segment_id = epoch << 32 | number); marks on them are quarantined "
+                "as UNKNOWN_SEGMENT",
+                manifest.totals.invalid_segments,
+                self.segments_path,
+            )
         if manifest.totals.late_marks:
             self.log.warning(
                 "%s marks of controller %s landed after the round that covered their reported_at_ms and were "

@@ -30,7 +30,7 @@ UNITS_FORMATS = ("parquet", "orc", "csv", "json", "feather", "ipc", "arrow")
 
 def source_and_target(source: object, target: object) -> None:
     """Both are paths, and different datasets: writing the target must not rewrite the source
-    (:func:`~airflow_provider_wm.operators.windowed_arguments.kept_apart`).
+    (:func:`~airflow_provider_wm.arguments.kept_apart`).
 
     >>> source_and_target("/data/orders", "/data/orders/daily")
     Traceback (most recent call last):

@@ -118,7 +118,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         ``None`` (the upstream's windows) or a tumbling multiple of the upstream's.
     :param upstream: a rollup's upstream aggregate: its operator, or ``UpstreamPanes(...)`` in another DAG.
     :param inputs: a merge's inputs: name -> ``{"events", "event_time", "watermark"[, "arrival_column",
-        "events_format"]}`` (templated).
+        "events_format"]}`` (each input's ``events`` path is templated; the rest is checked at parse time).
     :param idle_timeout: a merge: how long an input's watermark may stay put before the input is idle.
     :param when_all_idle: a merge: ``"wait"`` (default) or ``"highest"`` when every input is idle.
     :param aggregates: output name -> ``count(*)``, ``sum(col)``, ... or a :class:`SqlAggregate`.

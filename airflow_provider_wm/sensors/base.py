@@ -10,7 +10,7 @@ from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 from airflow.triggers.base import BaseTrigger
 
-from airflow_provider_wm.arguments import wait_seconds_argument
+from airflow_provider_wm.arguments import store_path_argument, wait_seconds_argument
 
 __all__ = ["DeferrableStoreSensor"]
 
@@ -26,6 +26,7 @@ class DeferrableStoreSensor(BaseSensorOperator):
     """
 
     deferrable: bool
+    store_path: str
 
     def __init__(self, **kwargs: Any) -> None:
         # before BaseSensorOperator's own checks, whose messages name neither the argument's value nor the task
@@ -38,6 +39,7 @@ class DeferrableStoreSensor(BaseSensorOperator):
         raise NotImplementedError
 
     def execute(self, context: Context) -> Any:
+        store_path_argument(self.store_path)  # once more as rendered: a template is checked only now
         if not self.deferrable:
             return super().execute(context)
         try:

@@ -88,3 +88,13 @@ def test_a_covered_run_repairs_a_missing_store_copy_and_a_pipeline_started_over_
     restarted = store.read_pipeline_state("p_mirror")
     assert restarted is not None and restarted["run_id"] == committed("p_mirror")["run_id"]
     assert restarted["version"] == 1
+
+
+def test_a_templated_store_path_is_checked_as_rendered_before_anything_is_read():
+    operator = IncrementalPartitionsOperator(
+        task_id="orders", pipeline="p", source="/src", time_column="t", target="/t",
+        store_path="{{ var.value.wm_store }}", watermark={"from": "2026-01-01", "to": "P0D"},
+    )  # fmt: skip
+    operator.store_path = "data/wm"  # what the template rendered to
+    with pytest.raises(ValueError, match=r"^store_path='data/wm' must be an absolute path or a URL"):
+        operator.execute({})  # type: ignore[arg-type]

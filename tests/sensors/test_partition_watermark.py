@@ -35,8 +35,8 @@ from tests.triggers.test_partitions import first_event, known_pipeline, ran_unti
         ({"deferrable": "no"}, "deferrable='no' must be True or False"),
         ({"storage_options": ["anon"]}, r"storage_options=\['anon'\] must be a mapping of fsspec options"),
         ({"store_path": "gs:/bucket/wm"}, "store_path='gs:/bucket/wm' is not a URL: write gs://"),
-        ({"timeout": -1}, "timeout=-1 must be a non-negative number of seconds or a timedelta"),
-        ({"timeout": float("inf")}, "timeout=inf must be a non-negative number of seconds"),
+        ({"timeout": -1}, "timeout=-1 must be a finite, non-negative number of seconds or a timedelta"),
+        ({"timeout": float("inf")}, "timeout=inf must be a finite, non-negative number of seconds"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs: dict[str, Any], message: str) -> None:

@@ -39,10 +39,10 @@ THRESHOLD_MS = int(THRESHOLD.timestamp() * 1000)
         ({"store_path": "store"}, "store_path='store' must be an absolute path or a URL"),
         ({"deferrable": "false"}, "deferrable='false' must be True or False"),
         ({"storage_options": "anon=true"}, "storage_options='anon=true' must be a mapping of fsspec options"),
-        ({"timeout": -5}, "timeout=-5 must be a non-negative number of seconds or a timedelta"),
+        ({"timeout": -5}, "timeout=-5 must be a finite, non-negative number of seconds or a timedelta"),
         ({"timeout": timedelta(seconds=-5)}, r"timeout=datetime.timedelta\(days=-1, seconds=86395\) must be"),
-        ({"timeout": "PT1H"}, "timeout='PT1H' must be a non-negative number of seconds"),
-        ({"poke_interval": -1}, "poke_interval=-1 must be a non-negative number of seconds"),
+        ({"timeout": "PT1H"}, "timeout='PT1H' must be a finite, non-negative number of seconds"),
+        ({"poke_interval": -1}, "poke_interval=-1 must be a finite, non-negative number of seconds"),
     ],
 )
 def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
@@ -54,6 +54,13 @@ def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
 def test_templated_arguments_are_checked_when_rendered():
     sensor = StreamWatermarkSensor(task_id="t", stream="{{ params.s }}", store_path="/x", threshold="{{ ds }}")
     assert sensor.threshold == "{{ ds }}"
+
+
+def test_a_templated_store_path_is_checked_as_rendered_before_anything_is_read():
+    sensor = StreamWatermarkSensor(task_id="t", stream="orders", store_path="{{ var.value.wm_store }}")
+    sensor.store_path = "data/wm"  # what the template rendered to
+    with pytest.raises(ValueError, match=r"^store_path='data/wm' must be an absolute path or a URL"):
+        sensor.execute({})  # type: ignore[arg-type]
 
 
 def test_deferrable_execute_hands_waiting_to_the_trigger_with_the_timeout(tmp_path):
