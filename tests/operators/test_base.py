@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from airflow.models.variable import Variable
@@ -31,23 +31,28 @@ class OvertakenPartitionsOperator(IncrementalPartitionsOperator):
         return outcome
 
 
-@pytest.mark.slow
-def test_a_run_whose_commit_is_refused_leaves_the_store_copy_of_the_state_to_the_run_that_committed(
-    airflow_db, tmp_path
-):
+def one_day_pipeline(tmp_path, operator: type[IncrementalPartitionsOperator], pipeline: str):
+    """A DAG of one partitions task over an empty source: the real job runs one day, 2026-01-05."""
     (tmp_path / "orders").mkdir()
-    dag = fresh_dag("overtaken")
+    dag = fresh_dag(pipeline)
     with dag:
-        OvertakenPartitionsOperator(
+        operator(
             task_id="orders",
-            pipeline="p_overtaken",
+            pipeline=pipeline,
             source=str(tmp_path / "orders"),
             time_column="event_time",
             watermark={"from": "2026-01-05", "to": "P0D"},
             target=str(tmp_path / "target"),
             store_path=str(tmp_path / "store"),
-            grace_period=timedelta(0),
         )
+    return dag
+
+
+@pytest.mark.slow
+def test_a_run_whose_commit_is_refused_leaves_the_store_copy_of_the_state_to_the_run_that_committed(
+    airflow_db, tmp_path
+):
+    dag = one_day_pipeline(tmp_path, OvertakenPartitionsOperator, "p_overtaken")
     _run, states = run_dag(dag, JAN_6)
     assert states == {"orders": "failed"}  # CutoffConflict: the state moved while the run computed
     assert committed("p_overtaken")["run_id"] == "overtaking_run"
@@ -59,18 +64,7 @@ def test_a_run_whose_commit_is_refused_leaves_the_store_copy_of_the_state_to_the
 def test_a_covered_run_repairs_a_missing_store_copy_and_a_pipeline_started_over_replaces_the_old_one(
     airflow_db, tmp_path
 ):
-    (tmp_path / "orders").mkdir()
-    dag = fresh_dag("mirror_repair")
-    with dag:
-        IncrementalPartitionsOperator(
-            task_id="orders",
-            pipeline="p_mirror",
-            source=str(tmp_path / "orders"),
-            time_column="event_time",
-            watermark={"from": "2026-01-05", "to": "P0D"},
-            target=str(tmp_path / "target"),
-            store_path=str(tmp_path / "store"),
-        )
+    dag = one_day_pipeline(tmp_path, IncrementalPartitionsOperator, "p_mirror")
     store = WatermarkStoreHook(str(tmp_path / "store"))
     _run, states = run_dag(dag, JAN_6)
     assert states == {"orders": "success"}
