@@ -8,6 +8,7 @@ RDDs): every job also runs as a Spark Connect client (a test greps for them). Fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from pyspark.sql.types import (
 from airflow_provider_wm.contracts import JobFailure, JobManifest, JobRequest
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 from airflow_provider_wm.documents import delete_tree, exists, read_document, write_document
+from spark_jobs.screening import FileScreen, is_unreadable_file_error, load, screening
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +86,12 @@ def run_and_record(
     spark: SparkSession, request: RequestT, run: Callable[[SparkSession, RequestT], ManifestT]
 ) -> ManifestT:
     """Run a job and write its manifest atomically to ``request.manifest_url``; on an exception write a
-    :class:`JobFailure` there instead (the operator reports its error) and re-raise. Both run modes go
-    through here, so they leave the same files."""
+    :class:`JobFailure` there instead (the operator reports its error) and re-raise. Input files that cannot be
+    read are set aside and listed in the manifest (:mod:`spark_jobs.screening`). Both run modes go through
+    here, so they leave the same files."""
     try:
-        manifest = run(spark, request)
+        with screening() as screen:
+            manifest = _run_screened(spark, request, run, screen)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         failure = JobFailure(job=request.job, error=error, traceback=traceback.format_exc(limit=20))
@@ -95,6 +99,24 @@ def run_and_record(
         raise
     write_document(request.manifest_url, manifest.to_json())
     return manifest
+
+
+def _run_screened(
+    spark: SparkSession, request: RequestT, run: Callable[[SparkSession, RequestT], ManifestT], screen: FileScreen
+) -> ManifestT:
+    """Run the job; when an attempt fails reading an input file, set aside the files that do not read with
+    their dataset (:mod:`spark_jobs.screening`) and run it again, at most once per dataset read."""
+    while True:
+        try:
+            manifest = run(spark, request)
+        except Exception as exc:
+            if not is_unreadable_file_error(exc) or not screen.screen_read_datasets():
+                raise
+            log.warning("%s failed reading an input file; running it again without the files set aside", request.job)
+            continue
+        if not screen.unreadable:
+            return manifest
+        return dataclasses.replace(manifest, unreadable_files=list(screen.unreadable))  # type: ignore[type-var]
 
 
 def submit_main(
@@ -143,14 +165,20 @@ def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
-def read_dataset(spark: SparkSession, path: str, data_format: str = "parquet") -> DataFrame | None:
+def read_dataset(
+    spark: SparkSession, path: str, data_format: str = "parquet", *, job_output: bool = False
+) -> DataFrame | None:
     """The dataset at ``path``, or ``None`` when there is none: no path, or a folder with no data file yet
-    (Spark cannot infer a schema from an empty folder; that is an input with no rows, not an error)."""
+    (Spark cannot infer a schema from an empty folder; that is an input with no rows, not an error). Within
+    :func:`run_and_record`, without the files :mod:`spark_jobs.screening` set aside, unless it is a
+    ``job_output`` (a state or quarantine the jobs wrote: a file of it that does not read fails the run, as
+    damaged state must be restored, not skipped)."""
     if not path_exists(spark, path):
         return None
     try:
-        frame = spark.read.format(data_format).load(path)
-        frame.schema  # noqa: B018 - resolves the read now, so an empty folder is told apart here
+        frame = spark.read.format(data_format).load(path) if job_output else load(spark, path, data_format)
+        if frame is not None:
+            frame.schema  # noqa: B018 - resolves the read now, so an empty folder is told apart here
     except AnalysisException as exc:
         if exc.getCondition() == "UNABLE_TO_INFER_SCHEMA":
             return None

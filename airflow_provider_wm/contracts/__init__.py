@@ -21,6 +21,7 @@ from airflow_provider_wm.contracts.jobs import (
     JobFailure,
     JobManifest,
     JobRequest,
+    UnreadableFile,
     parse_manifest,
 )
 from airflow_provider_wm.contracts.partitions import (
@@ -58,6 +59,7 @@ __all__ = [
     "PartitionsTotals",
     "RoundWatermark",
     "StreamEntry",
+    "UnreadableFile",
     "WatermarkReached",
     "WatermarkRecord",
     "WindowedInput",

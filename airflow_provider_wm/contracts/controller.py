@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from airflow_provider_wm.contracts.codec import Contract
-from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest
+from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest, UnreadableFile
 from airflow_provider_wm.contracts.store import RoundWatermark
 
 __all__ = ["ControllerManifest", "ControllerRequest", "ControllerTotals", "StreamEntry"]
@@ -79,5 +79,6 @@ class ControllerManifest(JobManifest):
     totals: ControllerTotals
     streams: dict[str, StreamEntry]
     duration_s: float = 0.0
+    unreadable_files: list[UnreadableFile] = field(default_factory=list)
     status: str = "succeeded"
     job: str = "controller_watermark"

@@ -7,7 +7,16 @@ from typing import Any, ClassVar, Literal
 
 from airflow_provider_wm.contracts.codec import Contract
 
-__all__ = ["CLASSIC_CONF", "MANIFEST_NAME", "REQUEST_NAME", "JobFailure", "JobManifest", "JobRequest", "parse_manifest"]
+__all__ = [
+    "CLASSIC_CONF",
+    "MANIFEST_NAME",
+    "REQUEST_NAME",
+    "JobFailure",
+    "JobManifest",
+    "JobRequest",
+    "UnreadableFile",
+    "parse_manifest",
+]
 
 REQUEST_NAME = "request.json"
 MANIFEST_NAME = "manifest.json"
@@ -37,10 +46,26 @@ class JobRequest(Contract):
         return f"{self.round_out.rstrip('/')}/{MANIFEST_NAME}"
 
 
+@dataclass(frozen=True)
+class UnreadableFile(Contract):
+    """A data file a job set aside, left in place: it could not be read, or a column has a type the other files
+    of its dataset do not have. Its rows were not read; fix or remove it and a later run reads them.
+
+    ``UnreadableFile("/data/marks", "/data/marks/part-7.parquet", "column time_ms is string; the dataset's
+    is bigint")``
+    """
+
+    dataset: str
+    path: str
+    reason: str
+
+
 class JobManifest(Contract):
-    """A job's result, written atomically last. ``status`` is ``succeeded`` (or ``partial``)."""
+    """A job's result, written atomically last. ``status`` is ``succeeded`` (or ``partial``);
+    ``unreadable_files`` the input files the job set aside (:class:`UnreadableFile`)."""
 
     status: str
+    unreadable_files: list[UnreadableFile]
 
 
 @dataclass(frozen=True)

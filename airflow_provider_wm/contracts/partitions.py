@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from airflow_provider_wm.contracts.codec import Contract
-from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest
+from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest, UnreadableFile
 
 __all__ = ["PartitionsManifest", "PartitionsRequest", "PartitionsTotals", "WorkUnitOutcome", "WorkUnitRequest"]
 
@@ -93,5 +93,6 @@ class PartitionsManifest(JobManifest):
     quarantine_path: str | None = None
     totals: PartitionsTotals = field(default_factory=PartitionsTotals)
     write_id: str | None = None
+    unreadable_files: list[UnreadableFile] = field(default_factory=list)
     status: str = "succeeded"
     job: str = "incremental_partitions"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_wm.contracts.codec import Contract
-from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest
+from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest, UnreadableFile
 
 __all__ = ["PaneCounts", "WindowedInput", "WindowedManifest", "WindowedRequest", "WindowedTotals"]
 
@@ -120,5 +120,6 @@ class WindowedManifest(JobManifest):
     live_path: str | None = None
     duration_s: float = 0.0
     fired_hours_ms: list[int] | None = None
+    unreadable_files: list[UnreadableFile] = field(default_factory=list)
     status: str = "succeeded"
     job: str = "windowed_aggregate"

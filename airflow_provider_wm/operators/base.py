@@ -263,7 +263,10 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         is the Spark application's (submit mode), e.g. ``wm-controller-orders``."""
         hook = SparkJobHook(self.spark_conn_id, self.spark_conf, name=name)
         self.log.info("Running %s on %s", what, hook.describe())
-        return hook.run(request, manifest_type, what)
+        manifest = hook.run(request, manifest_type, what)
+        for file in manifest.unreadable_files:
+            self.log.warning("Set aside input file %s (its rows were not read): %s", file.path, file.reason)
+        return manifest
 
     def covered_asset_event(self, context: Context, extra: dict[str, Any]) -> None:
         """Airflow emits an asset event for every successful task: a covered run's says nothing changed."""

@@ -283,5 +283,5 @@ def read_state(spark: SparkSession, state_in: str | None, name: str, schema: Str
     if not state_in:
         return None
     path = f"{state_in.rstrip('/')}/{name}"
-    frame = read_dataset(spark, path)
+    frame = read_dataset(spark, path, job_output=True)
     return None if frame is None else with_key(conform(frame, schema, path))

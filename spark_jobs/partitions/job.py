@@ -164,7 +164,7 @@ class Job:
         """Quarantine the bad rows no committed version holds yet, into this run's version (see the module's
         docstring): each bad row is counted once, however many runs read it."""
         version = self.args.version
-        existing = read_dataset(self.spark, self.quarantine_path)
+        existing = read_dataset(self.spark, self.quarantine_path, job_output=True)
         stored_version = F.col("wm_version").cast("long")
         seen_before: dict[str, int] = {}
         samples: list[str] = []

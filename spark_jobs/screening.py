@@ -1,0 +1,224 @@
+"""Input files a job cannot read are set aside and reported, never a failed run.
+
+Spark takes a Parquet or ORC dataset's schema from one file and fails the whole query when it meets a file that
+is not Parquet (a stray or half-written file) or whose column has another type (``x`` an int in one file, a string
+in the next: ``FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH``). Because the controller rescans its marks
+folder each round, one such file would fail every later round too.
+
+A job runs optimistically, reading its inputs as Spark does. Only when an attempt fails reading a file does
+:class:`FileScreen` read the footers of the datasets the attempt read, set aside the files that cannot be read
+with the others, and run the job again on the rest, with an explicit schema:
+
+- a file whose footer cannot be read is unreadable;
+- each column's type is the one that most files can be read as (a file's ``int`` reads as the dataset's
+  ``bigint``, a ``float`` as a ``double``); a file with a column of another type is set aside.
+
+E.g. ``part-0`` and ``part-1`` have ``x bigint``, ``part-2`` has ``x string``: ``part-2`` is set aside, the run
+reads the other two, and the manifest lists ``part-2`` with its reason (:class:`UnreadableFile`). The files stay
+where they are; a later run reads them once they are fixed. Hidden files are skipped as Spark skips them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType, DoubleType, FloatType, IntegralType, StructField, StructType
+
+from airflow_provider_wm.contracts import UnreadableFile
+
+log = logging.getLogger(__name__)
+
+SCREENED_FORMATS = ("parquet", "orc")
+"""Formats that carry a schema per file (JSON infers one over all files; Delta and Avro enforce their own)."""
+
+_INTEGER_WIDTHS = {"tinyint": 1, "smallint": 2, "int": 4, "bigint": 8}
+
+
+def is_unreadable_file_error(exc: BaseException) -> bool:
+    """Whether Spark failed reading an input file (a classic session raises a Py4J error carrying the
+    condition in its text, Spark Connect its own exception)."""
+    text = str(exc)
+    return "FAILED_READ_FILE" in text or "CANNOT_READ_FILE_FOOTER" in text
+
+
+def reads_as(have: DataType, want: DataType) -> bool:
+    """Whether a file's column of type ``have`` reads as ``want`` (Spark's Parquet reader widens an integer to a
+    wider integer and a float to a double, nothing else).
+
+    >>> from pyspark.sql.types import IntegerType, LongType, StringType
+    >>> reads_as(IntegerType(), LongType()), reads_as(LongType(), IntegerType()), reads_as(StringType(), LongType())
+    (True, False, False)
+    """
+    if have.simpleString() == want.simpleString():
+        return True
+    if isinstance(have, IntegralType) and isinstance(want, IntegralType):
+        return _INTEGER_WIDTHS[have.simpleString()] <= _INTEGER_WIDTHS[want.simpleString()]
+    return isinstance(have, FloatType) and isinstance(want, DoubleType)
+
+
+@dataclass(frozen=True)
+class ScreenedDataset:
+    """What to read of a screened dataset: the files kept and the schema they are read with."""
+
+    files: list[str]
+    schema: StructType | None
+    """None when a column's type has no Spark equivalent: the kept files agree on it, Spark infers it."""
+
+
+class FileScreen:
+    """The datasets an attempt of a job read, and what screening them kept and set aside."""
+
+    def __init__(self) -> None:
+        self.read: dict[str, str] = {}
+        self.screened: dict[str, ScreenedDataset] = {}
+        self.unreadable: list[UnreadableFile] = []
+
+    def screen_read_datasets(self) -> bool:
+        """Screen each dataset read and not screened yet; True when it set any file aside (a new attempt can
+        succeed), False when there was nothing to set aside (the failure is of another kind)."""
+        found = False
+        for path, data_format in list(self.read.items()):
+            if path in self.screened or data_format not in SCREENED_FORMATS:
+                continue
+            kept, schema, unreadable = screen_dataset(path, data_format)
+            if unreadable:
+                self.screened[path] = ScreenedDataset(kept, schema)
+                self.unreadable.extend(unreadable)
+                found = True
+        return found
+
+
+_SCREEN: contextvars.ContextVar[FileScreen | None] = contextvars.ContextVar("file_screen", default=None)
+
+
+@contextlib.contextmanager
+def screening() -> Iterator[FileScreen]:
+    """The screen of one run of a job: :func:`load` records and filters the datasets read within it."""
+    screen = FileScreen()
+    token = _SCREEN.set(screen)
+    try:
+        yield screen
+    finally:
+        _SCREEN.reset(token)
+
+
+def load(spark: SparkSession, path: str, data_format: str) -> DataFrame | None:
+    """The dataset at ``path`` as Spark reads it, or its kept files when screening set some aside (None: none
+    is left). Outside :func:`screening` a plain read."""
+    screen = _SCREEN.get()
+    if screen is None:
+        return spark.read.format(data_format).load(path)
+    screen.read[path] = data_format
+    screened = screen.screened.get(path)
+    if screened is None:
+        return spark.read.format(data_format).load(path)
+    if not screened.files:
+        return None
+    reader = spark.read.format(data_format).option("basePath", path)
+    if screened.schema is not None:
+        reader = reader.schema(screened.schema)
+    return reader.load(screened.files)
+
+
+def screen_dataset(path: str, data_format: str) -> tuple[list[str], StructType | None, list[UnreadableFile]]:
+    """The files of a dataset that read together, the schema to read them with, and the others with why."""
+    protocol = path.split("://", 1)[0] + "://" if "://" in path else ""
+    fs, root = fsspec.core.url_to_fs(path)
+    types: dict[str, dict[str, DataType | str]] = {}
+    unreadable: list[UnreadableFile] = []
+    for file in _data_files(fs, root):
+        url = f"{protocol}{file}"
+        try:
+            types[url] = _column_types(fs, file, data_format)
+        except Exception as exc:  # any footer pyarrow cannot read, Spark cannot either
+            reason = f"not a readable {data_format} file ({type(exc).__name__}: {exc})"
+            unreadable.append(UnreadableFile(path, url, reason))
+    reference = _reference_types(types.values())
+    kept = []
+    for url, columns in types.items():
+        wrong = [
+            f"column {name} is {_show(have)}; the dataset's is {_show(reference[name])}"
+            for name, have in columns.items()
+            if not _reads_as(have, reference[name])
+        ]
+        if wrong:
+            unreadable.append(UnreadableFile(path, url, "; ".join(wrong)))
+        else:
+            kept.append(url)
+    for aside in unreadable:
+        log.warning("setting aside %s: %s", aside.path, aside.reason)
+    schema = None
+    if all(isinstance(t, DataType) for t in reference.values()):
+        schema = StructType([StructField(name, t) for name, t in reference.items() if isinstance(t, DataType)])
+    return kept, schema, unreadable
+
+
+def _data_files(fs: Any, root: str) -> list[str]:
+    """The files Spark reads under ``root``: none in a folder named ``_x`` (but ``_x=1`` is a partition) or
+    ``.x``, and no file so named or still being copied."""
+
+    def hidden(part: str) -> bool:
+        return (part.startswith("_") and "=" not in part) or part.startswith(".") or part.endswith("._COPYING_")
+
+    base = root.rstrip("/")
+    files = sorted(fs.find(base)) if fs.isdir(base) else [base]
+    return [f for f in files if not any(hidden(p) for p in f[len(base) :].split("/") if p)]
+
+
+def _column_types(fs: Any, file: str, data_format: str) -> dict[str, DataType | str]:
+    """A file's columns and their Spark types (an Arrow type Spark has no equivalent for: its name)."""
+    import pyarrow as pa
+
+    with fs.open(file, "rb") as handle:
+        if data_format == "orc":
+            from pyarrow import orc
+
+            schema = orc.ORCFile(handle).schema
+        else:
+            from pyarrow import parquet
+
+            schema = parquet.read_schema(handle)
+    return {field.name: _spark_type(field.type, pa) for field in schema}
+
+
+def _spark_type(arrow_type: Any, pa: Any) -> DataType | str:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    try:
+        return from_arrow_type(arrow_type)
+    except Exception:  # a type Spark maps differently or not at all: compared by its Arrow name
+        return str(arrow_type)
+
+
+def _reads_as(have: DataType | str, want: DataType | str) -> bool:
+    if isinstance(have, DataType) and isinstance(want, DataType):
+        return reads_as(have, want)
+    return _show(have) == _show(want)
+
+
+def _reference_types(files: Any) -> dict[str, DataType | str]:
+    """Per column, the type the most files read as (ties: the one met first)."""
+    seen: dict[str, list[DataType | str]] = {}
+    for columns in files:
+        for name, column_type in columns.items():
+            seen.setdefault(name, []).append(column_type)
+    reference: dict[str, DataType | str] = {}
+    for name, found in seen.items():
+        candidates = {_show(t): t for t in found}
+        score = Counter({key: sum(_reads_as(t, want) for t in found) for key, want in candidates.items()})
+        reference[name] = candidates[score.most_common(1)[0][0]]
+    return reference
+
+
+def _show(column_type: DataType | str) -> str:
+    return column_type.simpleString() if isinstance(column_type, DataType) else column_type
