@@ -1,9 +1,10 @@
 """Input files a job cannot read are set aside and reported, never a failed run.
 
 Spark takes a Parquet or ORC dataset's schema from one file and fails the whole query when it meets a file that
-is not Parquet (a stray or half-written file) or whose column has another type (``x`` an int in one file, a string
-in the next: ``FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH``). Because the controller rescans its marks
-folder each round, one such file would fail every later round too.
+is not of the format (a stray or half-written file) or, in Parquet, whose column has another type (``x`` an int in
+one file, a string in the next: ``FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH``; Spark's ORC reader converts
+the column instead). Because the controller rescans its marks folder each round, one such file would fail every
+later round too.
 
 A job runs optimistically, reading its inputs as Spark does. Only when an attempt fails reading a file does
 :class:`FileScreen` read the footers of the datasets the attempt read, set aside the files that cannot be read
