@@ -26,6 +26,7 @@ import contextvars
 import logging
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,15 +134,24 @@ def screen_dataset(path: str, data_format: str) -> tuple[list[str], StructType |
     """The files of a dataset that read together, the schema to read them with, and the others with why."""
     protocol = path.split("://", 1)[0] + "://" if "://" in path else ""
     fs, root = fsspec.core.url_to_fs(path)
+
+    def footer(file: str) -> dict[str, DataType | str] | str:
+        try:
+            return _column_types(fs, file, data_format)
+        except Exception as exc:  # any footer pyarrow cannot read, Spark cannot either
+            return f"not a readable {data_format} file ({type(exc).__name__}: {exc})"
+
+    files = _data_files(fs, root)
+    with ThreadPoolExecutor(max_workers=16) as pool:  # one small read per file: an object store's latency
+        footers = dict(zip(files, pool.map(footer, files), strict=True))
     types: dict[str, dict[str, DataType | str]] = {}
     unreadable: list[UnreadableFile] = []
-    for file in _data_files(fs, root):
+    for file, found in footers.items():
         url = f"{protocol}{file}"
-        try:
-            types[url] = _column_types(fs, file, data_format)
-        except Exception as exc:  # any footer pyarrow cannot read, Spark cannot either
-            reason = f"not a readable {data_format} file ({type(exc).__name__}: {exc})"
-            unreadable.append(UnreadableFile(path, url, reason))
+        if isinstance(found, str):
+            unreadable.append(UnreadableFile(path, url, found))
+        else:
+            types[url] = found
     reference = _reference_types(types.values())
     kept = []
     for url, columns in types.items():
