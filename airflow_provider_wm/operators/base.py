@@ -208,7 +208,11 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         if committed is not None:
             self.verify_snapshots(committed)
         run = JobRound(context, WatermarkStoreHook(self.store_path), committed, now_ms, str(context["run_id"]))
-        outcome = self.compute(run)
+        try:
+            outcome = self.compute(run)
+        except Exception as failure:
+            self._raise_if_snapshot_unreadable(committed, failure)
+            raise
         if outcome.document is None:
             return outcome.summary
         self.publish_outputs(run, outcome)
@@ -252,11 +256,26 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         a window never fire, so the run fails and names the missing path."""
         for field_name, path in self.snapshot_paths(committed).items():
             if path and not exists(path):
-                raise StateDamaged(
-                    f"the committed state (version {committed.version}) points to {field_name}={path}, which does "
-                    "not exist: restore it, or delete the state (its Variable and its asset state store key) to "
-                    "start over from nothing"
+                raise StateDamaged(self._damaged(committed, field_name, path, "which does not exist"))
+
+    def _raise_if_snapshot_unreadable(self, committed: StateT | None, failure: Exception) -> None:
+        """A job that failed reading a file of the committed snapshot: the state is damaged, and the error says so
+        and what to do (Spark's error names only the file)."""
+        text = str(failure)
+        if committed is None or "FAILED_READ_FILE" not in text:
+            return
+        for field_name, path in self.snapshot_paths(committed).items():
+            if path and path.rstrip("/") + "/" in text:
+                raise StateDamaged(self._damaged(committed, field_name, path, "a file of which cannot be read")) from (
+                    failure
                 )
+
+    @staticmethod
+    def _damaged(committed: StateT, field_name: str, path: str, what: str) -> str:
+        return (
+            f"the committed state (version {committed.version}) points to {field_name}={path}, {what}: restore it, "
+            "or delete the state (its Variable and its asset state store key) to start over from nothing"
+        )
 
     def run_job(self, request: JobRequest, manifest_type: type[ManifestT], what: str, name: str) -> ManifestT:
         """Run the job in the connection's mode (see :class:`SparkJobHook`) and return its manifest; ``name``

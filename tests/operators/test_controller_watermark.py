@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from airflow.models.variable import Variable
@@ -158,6 +159,27 @@ def test_keyed_marks_publish_one_watermark_per_key_that_a_sensor_waits_on(airflo
     assert store.read_latest("orders")["lower_ms"] == end_ms - 60_000
     assert store.read_stream_status("orders", "eu")["status"] == "EMITTED"
     assert sorted(xcom(run, "controller")["published"]) == ["orders", "orders:eu", "orders:us"]
+
+
+@pytest.mark.slow
+def test_an_unreadable_file_in_the_committed_snapshot_fails_the_round_saying_the_state_is_damaged(
+    airflow_db, tmp_path, spark, capfd
+):
+    data.write(tmp_path)
+    _run, states = run_dag(controller_dag(tmp_path, "c_damaged"), HOUR_1_END)
+    assert states == {"controller": "success"}
+    committed = cutoff("c_damaged")
+    for folder in (p for p in Path(committed["state_path"]).iterdir() if p.is_dir()):
+        (folder / "part-damaged.parquet").write_bytes(b"not Parquet")
+
+    _run, states = run_dag(controller_dag(tmp_path, "c_damaged"), HOUR_1_END + timedelta(hours=1))
+    assert states == {"controller": "failed"}
+    assert cutoff("c_damaged") == committed
+    captured = capfd.readouterr()
+    assert (
+        f"StateDamaged: the committed state (version 1) points to state_path={committed['state_path']}, a file of "
+        "which cannot be read: restore it" in captured.out + captured.err
+    )
 
 
 def test_a_missing_marks_path_is_a_round_with_no_marks_and_a_warning_naming_it(airflow_db, tmp_path, spark, capfd):
