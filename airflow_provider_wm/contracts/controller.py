@@ -44,6 +44,7 @@ class StreamEntry(Contract):
     writers_seen: int = 0
     active_writers: int = 0
     marks_accepted: int = 0
+    shutdowns_accepted: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     quarantined: dict[str, int] = field(default_factory=dict)
     waiting_for: list[str] = field(default_factory=list)
@@ -56,6 +57,18 @@ class StreamEntry(Contract):
 
 @dataclass(frozen=True)
 class ControllerTotals(Contract):
+    """The round's counts over all watermarks. Each of the ``marks_read`` marks of the round (reported in
+    ``(processed_from_ms, processed_until_ms]``, or without a report time) lands in exactly one of
+    ``marks_accepted`` (notes and commits), ``shutdowns_accepted``, ``rejected`` or ``quarantined`` (by
+    reason), except sequenced marks taken in by gap-free progress: a released sequence counts once however
+    many chunks it had, a chunk waiting for its gap in none (until a later round releases or quarantines it).
+    Marks reported later are ``deferred_marks``. Example: a note, a shutdown of its writer and one of an
+    unknown writer: ``marks_read`` 3 = ``marks_accepted`` 1 + ``shutdowns_accepted`` 1 + ``rejected``
+    ``{"UNKNOWN_WRITER": 1}``."""
+
+    marks_read: int = 0
+    marks_accepted: int = 0
+    shutdowns_accepted: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     quarantined: dict[str, int] = field(default_factory=dict)
     deferred_marks: int = 0

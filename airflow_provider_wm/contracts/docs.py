@@ -17,6 +17,7 @@ from typing import Any
 from airflow_provider_wm.contracts import (
     ControllerManifest,
     ControllerRequest,
+    ControllerTotals,
     InputWatermark,
     PartitionsManifest,
     PartitionsRequest,
@@ -40,6 +41,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "contracts.md"
 DOCUMENTED: tuple[type, ...] = (
     ControllerRequest,
     ControllerManifest,
+    ControllerTotals,
     StreamEntry,
     WindowedRequest,
     WindowedInput,

@@ -72,6 +72,7 @@ def render(store: Path, outcomes: list[dict[str, Any]]) -> str:
             lines.append(
                 f"  {stream:<9} {entry['status']:<20} writers seen {entry['writers_seen']}, "
                 f"active {entry['active_writers']}, marks accepted {entry['marks_accepted']}"
+                + (f", shutdowns accepted {entry['shutdowns_accepted']}" if entry.get("shutdowns_accepted") else "")
             )
             bad = {**entry["rejected"], **entry["quarantined"]}
             if bad:

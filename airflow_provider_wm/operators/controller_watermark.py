@@ -238,16 +238,23 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
         }
 
     def _log_summary(self, summary: dict[str, Any]) -> None:
+        """The round's counts (each mark read in one of them: ``ControllerTotals``), then a line per stream."""
+        totals = summary["totals"]
         lines = [
-            f"{'stream':<20} {'status':<20} {'writers':>7} {'accepted':>8} {'lower':<25} {'upper':<25} cut",
+            f"{totals.get('marks_read', 0)} marks read: {totals.get('marks_accepted', 0)} accepted, "
+            f"{totals.get('shutdowns_accepted', 0)} shutdowns accepted, rejected {totals.get('rejected') or {}}, "
+            f"quarantined {totals.get('quarantined') or {}}; {totals.get('deferred_marks', 0)} deferred to a later "
+            "round",
+            f"{'stream':<20} {'status':<20} {'writers':>7} {'accepted':>8} {'shutdowns':>9} {'lower':<25} "
+            f"{'upper':<25} cut",
         ]
         for stream, entry in summary["streams"].items():
             wm = entry["watermark"] or {}
             bad = {**entry.get("rejected", {}), **entry.get("quarantined", {})}
             lines.append(
                 f"{stream:<20} {entry['status']:<20} {entry.get('writers_seen', 0):>7} "
-                f"{entry.get('marks_accepted', 0):>8} {format_ms(wm.get('lower_ms')):<25} "
-                f"{format_ms(wm.get('upper_ms')):<25} {wm.get('stream_cut', '-')}"
+                f"{entry.get('marks_accepted', 0):>8} {entry.get('shutdowns_accepted', 0):>9} "
+                f"{format_ms(wm.get('lower_ms')):<25} {format_ms(wm.get('upper_ms')):<25} {wm.get('stream_cut', '-')}"
                 + (f"  bad marks: {bad}" if bad else "")
             )
         self.log.info("Controller %s round:\n%s", self.controller, "\n".join(lines))

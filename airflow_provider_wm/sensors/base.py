@@ -10,7 +10,7 @@ from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 from airflow.triggers.base import BaseTrigger
 
-from airflow_provider_wm.arguments import store_path_argument, wait_seconds_argument
+from airflow_provider_wm.arguments import require_bool, store_path_argument, wait_seconds_argument
 
 __all__ = ["DeferrableStoreSensor"]
 
@@ -22,7 +22,8 @@ class DeferrableStoreSensor(BaseSensorOperator):
     pokes once, then hands the waiting to :meth:`trigger`, whose absolute deadline is ``now + timeout``; the
     deferral gets the same timeout (Airflow does not pass the sensor's own). A trigger's ``timeout`` event
     ends in :meth:`timed_out`: a skip with ``soft_fail``, else a sensor timeout. ``timeout`` and
-    ``poke_interval`` are seconds or a timedelta, not negative.
+    ``poke_interval`` are seconds or a timedelta, not negative; ``soft_fail`` and ``never_fail`` are ``True`` or
+    ``False`` (``soft_fail="no"`` fails at parse time instead of skipping on every failure).
     """
 
     deferrable: bool
@@ -34,6 +35,9 @@ class DeferrableStoreSensor(BaseSensorOperator):
             if kwargs.get(argument) is not None:
                 wait_seconds_argument(kwargs[argument], argument)
         super().__init__(**kwargs)
+        # as set, from the task's arguments or the DAG's default_args: BaseSensorOperator takes any value, and
+        # soft_fail="no" is truthy: every failure would be a skip
+        require_bool(soft_fail=self.soft_fail, never_fail=self.never_fail)
 
     def trigger(self, context: Context, timeout_at_ms: int) -> BaseTrigger:
         raise NotImplementedError

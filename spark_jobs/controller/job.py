@@ -136,6 +136,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             F.coalesce("writers_seen", F.lit(0)).alias("writers_seen"),
             F.coalesce("active_writers", F.lit(0)).alias("active_writers"),
             F.coalesce("marks_accepted", F.lit(0)).cast(LongType()).alias("marks_accepted"),
+            F.coalesce("shutdowns_accepted", F.lit(0)).cast(LongType()).alias("shutdowns_accepted"),
             F.coalesce("waiting", F.array().cast(ArrayType(StringType()))).alias("waiting"),
             F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
             F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
@@ -190,6 +191,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             .collect()  # small: one row per watermark with waiting sequences
         }
     manifest = _manifest(request, per_stream, accepted.reason_counts, deferred, invalid_segments, started)
+    manifest["totals"]["marks_read"] = round_size
     for label, entry in manifest["streams"].items():
         entry["pending_sequences"] = pending_sequences.get(label, 0)
     manifest["processed_marks"] = processed_marks
@@ -224,6 +226,7 @@ def _manifest(
             "writers_seen": int(row["writers_seen"]),
             "active_writers": int(row["active_writers"]),
             "marks_accepted": int(row["marks_accepted"]),
+            "shutdowns_accepted": int(row["shutdowns_accepted"]),
             "rejected": {k: v for k, v in sorted(reasons.items()) if k in rejected_reasons},
             "quarantined": {k: v for k, v in sorted(reasons.items()) if k not in rejected_reasons},
             "waiting_for": list(row["waiting"])[:WAITING_SAMPLE],
@@ -241,6 +244,8 @@ def _manifest(
         "state_path": request.state_out,
         "quarantine_path": f"{request.round_out}/quarantine" if reason_counts else None,
         "totals": {
+            "marks_accepted": sum(s["marks_accepted"] for s in streams.values()),
+            "shutdowns_accepted": sum(s["shutdowns_accepted"] for s in streams.values()),
             "rejected": {k: v for k, v in sorted(totals.items()) if k in rejected_reasons},
             "quarantined": {k: v for k, v in sorted(totals.items()) if k not in rejected_reasons},
             "deferred_marks": int(deferred),

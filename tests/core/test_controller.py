@@ -131,6 +131,20 @@ def test_a_shutdown_of_an_unknown_writer_is_rejected():
     assert [reason for _, reason in r1.rejected] == [Rejection.UNKNOWN_WRITER]
 
 
+def test_each_mark_of_a_round_lands_in_one_count_and_accepted_shutdowns_have_their_own():
+    batch = [
+        mark("w", 10, {0: 1}),
+        mark("w", None, None, kind="shutdown", reported_at_ms=1_100),
+        mark("ghost", None, None, kind="shutdown"),
+        mark("w", 5, {0: -1}),
+    ]
+    (r1,) = rounds(batch)
+    report = r1.reports["s"]
+    assert (r1.marks_read, report.marks_accepted, report.shutdowns_accepted) == (4, 1, 1)
+    assert [reason for _, reason in r1.rejected] == [Rejection.UNKNOWN_WRITER]
+    assert [reason for _, reason in r1.quarantined] == [Quarantine.NEGATIVE_OFFSET]
+
+
 def test_no_watermark_during_the_initial_delay_of_a_new_stream():
     config = ControllerConfig(writer_timeout_ms=10_000, initial_delay_ms=1_500)
     r1, r2 = rounds([mark("w", 10, {0: 1}, reported_at_ms=1_000)], [], config=config)
@@ -250,6 +264,19 @@ random_mark = st.builds(
 scenario = st.lists(st.lists(random_mark, max_size=8), min_size=1, max_size=5)
 
 
+#: marks of any kind for any stream and key, mostly sane, some not (no sequenced ones: see ``RoundResult``)
+any_mark = st.builds(
+    lambda w, t, pos, kind, r, stream, key: mark(w, t, pos, kind=kind, reported_at_ms=r, stream=stream, wm_key=key),
+    st.sampled_from(["a", "b", "c", "a", "b", "c", ""]),
+    st.sampled_from([*range(0, 60, 5), -1, None]),
+    st.sampled_from([{0: 5}, {1: 10, 2: 3}, {0: 30}, {2: 40}, {}, {0: -1}, {7: 1}, None]),
+    st.sampled_from(["note", "note", "commit", "shutdown", "shutdown", "flush"]),
+    st.sampled_from([*range(0, 10_000, 250), None]),
+    st.sampled_from(["s", "s", "s", "../bad"]),
+    st.sampled_from([None, None, None, "eu", "a:b"]),
+)
+
+
 def _run_scenario(batches, config):
     state, results = ControllerState(), []
     for i, batch in enumerate(batches):
@@ -340,3 +367,13 @@ def test_each_keys_watermarks_are_those_of_its_marks_alone(batches):
             mine, its = with_others.state.streams.get(label), by_itself.state.streams.get("s")
             assert (mine and replace(mine, watermark=unkeyed(mine.watermark))) == its
             assert unkeyed(with_others.watermarks.get(label)) == by_itself.watermarks.get("s")
+
+
+@settings(max_examples=200)
+@given(st.lists(st.lists(any_mark, max_size=10), min_size=1, max_size=4))
+def test_every_mark_a_round_reads_lands_in_exactly_one_count(batches):
+    for _, result in _run_scenario(batches, NO_DELAY):
+        reports = result.reports.values()
+        counted = sum(r.marks_accepted + r.shutdowns_accepted for r in reports)
+        assert counted + len(result.rejected) + len(result.quarantined) == result.marks_read
+        assert sum(sum(r.rejected.values()) for r in reports) == len(result.rejected)

@@ -11,6 +11,7 @@ import pytest
 from airflow.models.variable import Variable
 from airflow.sdk import Asset
 
+from airflow_provider_wm.contracts import ControllerTotals, StreamEntry
 from airflow_provider_wm.demo import data
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.controller_watermark import ControllerWatermarkOperator
@@ -70,6 +71,25 @@ def test_spark_options_may_be_numbers_and_the_store_a_url_or_a_template():
         task_id="d", controller="c1", marks_path="/m", segments_path="/s", store_path=templated
     )
     assert op.store_path == templated
+
+
+def test_the_round_log_gives_every_count_a_mark_can_land_in(capsys):
+    op = ControllerWatermarkOperator(task_id="c", controller="c1", marks_path="/m", segments_path="/s", store_path="/x")
+    totals = ControllerTotals(
+        marks_read=7, marks_accepted=2, shutdowns_accepted=3, rejected={"UNKNOWN_WRITER": 1},
+        quarantined={"NEGATIVE_OFFSET": 1}, deferred_marks=4,
+    )  # fmt: skip
+    entry = StreamEntry(stream="s", wm_key=None, status="NO_ACTIVE_WRITERS", marks_accepted=2, shutdowns_accepted=3)
+    op._log_summary({"totals": totals.to_json(), "streams": {"s": entry.to_json()}})
+    logged = capsys.readouterr().out
+    assert (
+        "7 marks read: 2 accepted, 3 shutdowns accepted, rejected {'UNKNOWN_WRITER': 1}, quarantined "
+        "{'NEGATIVE_OFFSET': 1}; 4 deferred to a later round" in logged
+    )
+    header = next(line for line in logged.splitlines() if line.startswith("stream "))
+    row = next(line for line in logged.splitlines() if line.startswith("s "))
+    assert header.split()[:5] == ["stream", "status", "writers", "accepted", "shutdowns"]
+    assert row.split()[:5] == ["s", "NO_ACTIVE_WRITERS", "0", "2", "3"]
 
 
 def controller_dag(base, controller: str, **kwargs):

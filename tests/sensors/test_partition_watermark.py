@@ -33,6 +33,9 @@ from tests.triggers.test_partitions import first_event, known_pipeline, ran_unti
         ),
         ({"fail_on_unknown_pipeline": "yes"}, "fail_on_unknown_pipeline='yes' must be True or False"),
         ({"deferrable": "no"}, "deferrable='no' must be True or False"),
+        ({"soft_fail": "no"}, "soft_fail='no' must be True or False"),  # truthy: every failure would skip
+        ({"soft_fail": None}, "soft_fail=None must be True or False"),
+        ({"never_fail": "false"}, "never_fail='false' must be True or False"),
         ({"storage_options": ["anon"]}, r"storage_options=\['anon'\] must be a mapping of fsspec options"),
         ({"store_path": "gs:/bucket/wm"}, "store_path='gs:/bucket/wm' is not a URL: write gs://"),
         ({"timeout": -1}, "timeout=-1 must be a finite, non-negative number of seconds or a timedelta"),

@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider_wm.contracts import InputWatermark, WatermarkReached
@@ -38,6 +39,9 @@ THRESHOLD_MS = int(THRESHOLD.timestamp() * 1000)
         ({"store_path": ""}, "store_path=''"),
         ({"store_path": "store"}, "store_path='store' must be an absolute path or a URL"),
         ({"deferrable": "false"}, "deferrable='false' must be True or False"),
+        ({"soft_fail": "no"}, "soft_fail='no' must be True or False"),  # truthy: every failure would skip
+        ({"soft_fail": 0}, "soft_fail=0 must be True or False"),
+        ({"never_fail": "no"}, "never_fail='no' must be True or False"),
         ({"storage_options": "anon=true"}, "storage_options='anon=true' must be a mapping of fsspec options"),
         ({"timeout": -5}, "timeout=-5 must be a finite, non-negative number of seconds or a timedelta"),
         ({"timeout": timedelta(seconds=-5)}, r"timeout=datetime.timedelta\(days=-1, seconds=86395\) must be"),
@@ -49,6 +53,13 @@ def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
     args = {"task_id": "t", "stream": "orders", "store_path": "/tmp/x", **kwargs}
     with pytest.raises(ValueError, match=message):
         StreamWatermarkSensor(**args)
+
+
+def test_a_soft_fail_that_is_not_a_bool_fails_at_parse_time_from_default_args_too():
+    with DAG("soft_fail_default", schedule=None, default_args={"soft_fail": "no"}):
+        with pytest.raises(ValueError, match="soft_fail='no' must be True or False"):
+            StreamWatermarkSensor(task_id="t", stream="orders", store_path="/tmp/x")
+        assert StreamWatermarkSensor(task_id="u", stream="orders", store_path="/tmp/x", soft_fail=True).soft_fail
 
 
 def test_templated_arguments_are_checked_when_rendered():

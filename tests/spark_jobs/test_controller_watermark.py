@@ -19,6 +19,7 @@ from airflow_provider_wm.core.controller import (
     RoundResult,
     StreamStatus,
     WriterMark,
+    in_round,
     run_round,
 )
 from airflow_provider_wm.core.segments import Segment, segment_map
@@ -43,12 +44,14 @@ SEGMENTS = {"s": SPLIT, "t": THIRDS}
 
 
 def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=SEGMENTS):
-    """Run the same rounds through core and through the job; yields (core result, manifest, job state)."""
+    """Run the same rounds through core and through the job; yields (core result, manifest, job state). A round
+    without sequenced marks must account for each mark it read in exactly one count of its totals."""
     core_state, job_state, processed_until, processed_marks = ControllerState(), None, None, 0
     core_segments = {name: segment_map(segs) for name, segs in segments.items()}
     for i, batch in enumerate(batches):
         now = 2_000 * (i + 1)
         core = run_round(core_state, batch, core_segments, now, config)
+        sequenced = any(m.is_sequenced and in_round(m.reported_at_ms, processed_until, now) for m in batch)
         manifest, job_state = run_spark_round(
             spark,
             tmp_path,
@@ -62,8 +65,20 @@ def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=
             initial_delay_ms=config.initial_delay_ms,
             round_name=f"round{i}",
         )
+        if not sequenced:  # a released sequence counts once, a waiting chunk in none: see ControllerTotals
+            assert counted(manifest["totals"]) == manifest["totals"]["marks_read"], manifest["totals"]
         yield core, manifest, read_state(job_state, now, manifest["processed_marks"])
         core_state, processed_until, processed_marks = core.state, now, manifest["processed_marks"]
+
+
+def counted(totals: dict) -> int:
+    """The marks of a round that its totals account for: each in exactly one count."""
+    return (
+        totals["marks_accepted"]
+        + totals["shutdowns_accepted"]
+        + sum(totals["rejected"].values())
+        + sum(totals["quarantined"].values())
+    )
 
 
 def assert_same(core: RoundResult, manifest: dict, job_state: ControllerState, spark, round_out: str) -> None:
@@ -73,19 +88,24 @@ def assert_same(core: RoundResult, manifest: dict, job_state: ControllerState, s
         entry = manifest["streams"][stream]
         assert watermark_from_manifest(entry["watermark"]) == report.watermark, stream
         assert entry["status"] == report.status
-        assert (entry["writers_seen"], entry["active_writers"], entry["marks_accepted"]) == (
-            report.writers_seen,
-            report.active_writers,
-            report.marks_accepted,
-        ), stream
+        assert (
+            entry["writers_seen"],
+            entry["active_writers"],
+            entry["marks_accepted"],
+            entry["shutdowns_accepted"],
+        ) == (report.writers_seen, report.active_writers, report.marks_accepted, report.shutdowns_accepted), stream
         assert entry["rejected"] == dict(report.rejected)
         assert entry["quarantined"] == dict(report.quarantined)
         assert tuple(entry["waiting_for"]) == report.waiting_for
         assert entry["pending_sequences"] == report.pending_sequences, stream
         if report.watermark is not None:
             assert entry["cut_complete"] == report.cut_complete
-    assert manifest["totals"]["deferred_marks"] == core.deferred_marks
-    assert manifest["totals"]["late_marks"] == core.late_marks
+    totals = manifest["totals"]
+    assert totals["deferred_marks"] == core.deferred_marks
+    assert totals["late_marks"] == core.late_marks
+    assert totals["marks_read"] == core.marks_read
+    assert totals["marks_accepted"] == sum(r.marks_accepted for r in core.reports.values())
+    assert totals["shutdowns_accepted"] == sum(r.shutdowns_accepted for r in core.reports.values())
     expected_bad = Counter(
         (m.stream, m.key, m.writer_id, m.time_ms, str(reason)) for m, reason in [*core.quarantined, *core.rejected]
     )
@@ -221,6 +241,45 @@ def test_writer_timeout_and_shutdown_match_the_reference(spark, tmp_path, monkey
         assert_same(core, manifest, state, spark, "")
     assert results[2][1]["streams"]["s"]["status"] == StreamStatus.EMITTED
     assert results[2][1]["streams"]["s"]["active_writers"] == 2
+
+
+def test_every_mark_of_a_round_lands_in_exactly_one_count_of_the_totals(spark, tmp_path):
+    """Notes, commits, shutdowns of known writers (one superseded by a later note of its writer), a shutdown of a
+    writer never seen, rejected and quarantined rows, over two rounds: the totals add up to the marks read."""
+    first = [
+        mark("w1", 100, {0: 1}),
+        mark("w2", 100, {1: 1}, kind="commit"),
+        mark("w3", 100, {2: 1}, wm_key="eu"),
+        mark("w1", 5, {0: -1}),  # NEGATIVE_OFFSET
+        mark("w1", 150, {0: 2}, reported_at_ms=3_500),  # deferred to round 2
+    ]
+    second = [
+        mark("w2", None, None, kind="shutdown", reported_at_ms=3_000),  # known: stops w2
+        mark("w3", None, None, kind="shutdown", reported_at_ms=3_000, wm_key="eu"),  # known in its key
+        mark("w1", None, None, kind="shutdown", reported_at_ms=2_500),  # accepted, then revived by a later note
+        mark("ghost", None, None, kind="shutdown", reported_at_ms=3_000),  # UNKNOWN_WRITER
+        mark("w2", 50, {1: 1}, kind="commit", reported_at_ms=2_100),  # INVALID_TIME
+        mark("w9", 100, {0: 1}, stream="../etc", reported_at_ms=3_000),  # INVALID_STREAM: the totals only
+        *first,  # marks of round 1 again: not this round's, except the deferred one
+    ]
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    results = list(run_both(spark, tmp_path, [first, second], config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    picked = ["marks_read", "marks_accepted", "shutdowns_accepted", "rejected", "quarantined", "deferred_marks"]
+    (_, one, _), (_, two, _) = results
+    assert {k: one["totals"][k] for k in picked} == {
+        "marks_read": 4, "marks_accepted": 3, "shutdowns_accepted": 0, "rejected": {},
+        "quarantined": {"NEGATIVE_OFFSET": 1}, "deferred_marks": 1,
+    }  # fmt: skip
+    assert {k: two["totals"][k] for k in picked} == {
+        "marks_read": 7, "marks_accepted": 1, "shutdowns_accepted": 3,
+        "rejected": {"INVALID_TIME": 1, "UNKNOWN_WRITER": 1}, "quarantined": {"INVALID_STREAM": 1},
+        "deferred_marks": 0,
+    }  # fmt: skip
+    assert {label: e["shutdowns_accepted"] for label, e in two["streams"].items()} == {"s": 2, "s:eu": 1}
+    for manifest in (one, two):
+        assert counted(manifest["totals"]) == manifest["totals"]["marks_read"]
 
 
 # ------------------------------------------------------------------------------------ differential

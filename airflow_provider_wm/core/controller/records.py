@@ -178,16 +178,26 @@ class StreamReport:
     cut_complete: bool = True
     pending_sequences: int = 0
     wm_key: str | None = None
+    shutdowns_accepted: int = 0  # shutdown marks of known writers (rule 5); the unknown ones are rejected
 
 
 @dataclass(frozen=True)
 class RoundResult:
+    """What a round did. Each of its ``marks_read`` marks lands in exactly one count: a watermark's
+    ``marks_accepted`` (notes and commits) or ``shutdowns_accepted``, ``rejected`` or ``quarantined``. A
+    sequenced mark that gap-free progress takes in is the exception: a released sequence counts once however
+    many chunks it had (some may be of earlier rounds), and a chunk that waits for its gap counts in none
+    (``StreamReport.pending_sequences``) until a later round releases or quarantines it. Example: a note, a
+    shutdown of its writer and one of a writer never seen are 3 marks read, 1 accepted, 1 shutdown accepted,
+    1 rejected ``UNKNOWN_WRITER``."""
+
     state: ControllerState
     reports: Mapping[str, StreamReport]  # per watermark label
     quarantined: list[tuple[WriterMark, Quarantine]]
     rejected: list[tuple[WriterMark, Rejection]]
     deferred_marks: int
     late_marks: int = 0
+    marks_read: int = 0  # the round's marks (rule 1), whatever became of them
 
     @property
     def watermarks(self) -> dict[str, Watermark]:

@@ -62,11 +62,12 @@ def run_round(
     rejected: list[tuple[WriterMark, Rejection]] = []
     per_writer: dict[str, dict[str, WriterRound]] = defaultdict(lambda: defaultdict(WriterRound))
     sequenced: dict[str, dict[tuple[str, str], list[WriterMark]]] = defaultdict(lambda: defaultdict(list))
-    deferred = 0
+    deferred = read = 0
     for mark in marks:
         if not in_round(mark.reported_at_ms, state.processed_until_ms, now_ms):
             deferred += mark.reported_at_ms is not None and mark.reported_at_ms > now_ms
             continue
+        read += 1
         reason = quarantine_reason(mark, segments.get(mark.stream or "", {}))
         if reason is not None:
             quarantined.append((mark, reason))
@@ -110,8 +111,10 @@ def run_round(
         )
         origins = origins_after.get(label, previous.origins)
         new_state = replace(new_state, origins=origins)
-        accepted_count = sum(len(w.accepted) for w in per_writer.get(label, {}).values()) - sum(
-            1 for m, _ in stream_rejected if m.is_value
+        by_writer = per_writer.get(label, {}).values()
+        accepted_count = sum(len(w.accepted) for w in by_writer) - sum(1 for m, _ in stream_rejected if m.is_value)
+        shutdowns_count = sum(len(w.shutdowns) for w in by_writer) - sum(
+            1 for m, _ in stream_rejected if not m.is_value
         )
         seen = set(per_writer.get(label, {})) | {writer for writer, _ in sequenced.get(label, {})}
         reports[label] = replace(
@@ -119,6 +122,7 @@ def run_round(
             writers_seen=len(seen),
             pending_sequences=sum(len({c.seq for c in o.pending}) for o in origins.values()),
             marks_accepted=accepted_count,
+            shutdowns_accepted=shutdowns_count,
             rejected=_count(r for _, r in stream_rejected),
             quarantined=_count(r for m, r in quarantined if quarantine_label(m, r) == label),
         )
@@ -134,6 +138,7 @@ def run_round(
         rejected=rejected,
         deferred_marks=deferred,
         late_marks=late,
+        marks_read=read,
     )
 
 
