@@ -216,13 +216,14 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         if outcome.document is None:
             return outcome.summary
         self.publish_outputs(run, outcome)
-        context["ti"].xcom_push(key=self.state_xcom_key, value=outcome.document.to_json())
         if self.asset is not None:
             context["outlet_events"][self.asset].extra = outcome.asset_extra
             if outcome.partition_keys:
                 context["outlet_events"][self.asset].add_partitions(outcome.partition_keys)
         self.run_lineage = self.lineage(outcome.document, outcome.summary)  # before the commit: it may fail
         self.commit(context, outcome.document, committed)
+        # the document committed, never one whose commit was refused (a covered retry pushes no state XCom)
+        context["ti"].xcom_push(key=self.state_xcom_key, value=outcome.document.to_json())
         mirror = self.mirror_document(outcome.document, outcome.summary)
         if mirror is not None:  # a failure fails the task: its retry is covered and repairs the copy
             run.store.write_pipeline_state(self.state_name(), mirror, restart=committed is None)

@@ -12,7 +12,7 @@ from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.base import JobRound, Outcome
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, pipeline_variable_key
-from tests.airflow_helpers import fresh_dag, run_dag
+from tests.airflow_helpers import fresh_dag, run_dag, xcom
 from tests.operators.test_incremental_partitions import committed
 
 JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
@@ -49,13 +49,14 @@ def one_day_pipeline(tmp_path, operator: type[IncrementalPartitionsOperator], pi
 
 
 @pytest.mark.slow
-def test_a_run_whose_commit_is_refused_leaves_the_store_copy_of_the_state_to_the_run_that_committed(
+def test_a_run_whose_commit_is_refused_leaves_the_store_copy_and_the_state_xcom_to_the_run_that_committed(
     airflow_db, tmp_path
 ):
     dag = one_day_pipeline(tmp_path, OvertakenPartitionsOperator, "p_overtaken")
-    _run, states = run_dag(dag, JAN_6)
+    run, states = run_dag(dag, JAN_6)
     assert states == {"orders": "failed"}  # CutoffConflict: the state moved while the run computed
     assert committed("p_overtaken")["run_id"] == "overtaking_run"
+    assert xcom(run, "orders", "state") is None  # the XCom holds only a committed document
     mirrored = WatermarkStoreHook(str(tmp_path / "store")).read_pipeline_state("p_overtaken")
     assert mirrored is not None and mirrored["run_id"] == "overtaking_run"
 
