@@ -62,6 +62,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_wm.triggers.watermark",
                     "airflow_provider_wm.triggers.partitions",
+                    "airflow_provider_wm.triggers.watermark_advance",
                 ],
             }
         ],

@@ -32,6 +32,34 @@ def test_provider_info_matches_airflows_schema_and_names_real_modules():
             importlib.import_module(module)
 
 
+@pytest.mark.parametrize(
+    ("section", "package", "base"),
+    [
+        ("triggers", "airflow_provider_wm.triggers", "airflow.triggers.base:BaseTrigger"),
+        ("sensors", "airflow_provider_wm.sensors", "airflow.sdk:BaseSensorOperator"),
+        ("operators", "airflow_provider_wm.operators", "airflow.sdk:BaseOperator"),
+    ],
+)
+def test_provider_info_lists_every_module_that_defines_a_trigger_sensor_or_operator(section, package, base):
+    """``airflow providers triggers`` (and the others) list what the provider info names, nothing else."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    module_name, class_name = base.split(":")
+    base_class = getattr(importlib.import_module(module_name), class_name)
+    defining = set()
+    for found in pkgutil.iter_modules(importlib.import_module(package).__path__, f"{package}."):
+        if found.name.endswith(".base"):  # the shared base classes, which a DAG does not use itself
+            continue
+        module = importlib.import_module(found.name)
+        for _name, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, base_class) and value.__module__ == module.__name__ and not inspect.isabstract(value):
+                defining.add(found.name)
+    listed = set(airflow_provider_wm.get_provider_info()[section][0]["python-modules"])
+    assert defining <= listed
+
+
 def test_airflow_providers_list_shows_the_package(airflow_db):
     out = subprocess.run(
         [sys.executable, "-m", "airflow", "providers", "list", "--output", "json"],
