@@ -43,9 +43,11 @@ def require_paths(**paths: Any) -> None:
 
 
 def add_asset_outlet(asset: Any, kwargs: MutableMapping[str, Any]) -> None:
-    """Declare ``asset`` (if any) as an outlet of the task, beside the outlets the DAG author gave."""
-    if asset is not None:
-        kwargs["outlets"] = [*kwargs.get("outlets", []), asset]
+    """Declare ``asset`` (if any) as an outlet of the task, beside the outlets the DAG author gave (once: a mapped
+    task's ``partial`` declared it already when its instances are built)."""
+    outlets = list(kwargs.get("outlets") or [])
+    if asset is not None and asset not in outlets:
+        kwargs["outlets"] = [*outlets, asset]
 
 
 def one_task_at_a_time(max_active_tis_per_dag: Any) -> int:

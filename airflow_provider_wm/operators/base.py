@@ -132,6 +132,16 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self.asset = asset
         self.run_lineage: RunLineage | None = None  # set by execute() for get_openlineage_facets_on_complete
 
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
+        """A mapped task (``.partial(...).expand(...)``) as :meth:`__init__` makes a task: the scheduler, which
+        never builds the instances, sees ``asset`` as an outlet and runs its instances one at a time (across map
+        indexes too: each may be a pipeline of its own, and they run one after another). ``asset`` is given to
+        ``partial``; in ``expand`` the scheduler could not know it (see :meth:`committed_state`)."""
+        add_asset_outlet(asset_argument(kwargs.get("asset")), kwargs)
+        kwargs["max_active_tis_per_dag"] = one_task_at_a_time(kwargs.get("max_active_tis_per_dag", 1))
+        return super().partial(**kwargs)
+
     # ------------------------------------------------------------------------------- what subclasses give
 
     def state_name(self) -> str:
@@ -142,6 +152,11 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         """Where the committed state is kept: the asset state store (with an ``asset``) and the Variable."""
         asset_state: AssetStateAccessor | None = None
         if self.asset is not None:
+            if "asset_state_store" not in context:
+                raise ValueError(
+                    f"asset={self.asset!r} is not an outlet of the task as the scheduler knows it: give a mapped "
+                    "task's asset to partial(), not expand()"
+                )
             asset_state = context["asset_state_store"][self.asset]
         return CommittedState(self.state_kind, self.state_name(), asset_state, self.log)
 

@@ -7,12 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 from airflow.models.variable import Variable
+from airflow.sdk import Asset
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.base import JobRound, Outcome
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, pipeline_variable_key
-from tests.airflow_helpers import fresh_dag, run_dag, xcom
+from tests.airflow_helpers import asset_state, fresh_dag, run_dag, xcom
 from tests.operators.test_incremental_partitions import committed
 
 JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
@@ -93,3 +94,44 @@ def test_a_templated_store_path_is_checked_as_rendered_before_anything_is_read()
     operator.store_path = "data/wm"  # what the template rendered to
     with pytest.raises(ValueError, match=r"^store_path='data/wm' must be an absolute path or a URL"):
         operator.execute({})  # type: ignore[arg-type]
+
+
+def test_a_mapped_stateful_task_runs_one_instance_at_a_time_and_declares_its_asset_to_the_scheduler():
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    asset = Asset(name="mapped_orders", uri="file:///tmp/wm-mapped/target")
+    dag = fresh_dag("mapped_declared")
+    with dag:
+        IncrementalPartitionsOperator.partial(
+            task_id="orders", source="/tmp/wm-mapped/source", time_column="event_time", target="/tmp/wm-mapped/t",
+            store_path="/tmp/wm-mapped/store", watermark={"from": "2026-01-05", "to": "P0D"}, asset=asset,
+        ).expand(pipeline=["eu", "us"])  # fmt: skip
+        with pytest.raises(ValueError, match="max_active_tis_per_dag=2: a pipeline's runs share one state"):
+            IncrementalPartitionsOperator.partial(
+                task_id="parallel",
+                source="/s",
+                time_column="t",
+                target="/t",
+                store_path="/st",
+                max_active_tis_per_dag=2,
+            )
+    seen = DagSerialization.from_dict(DagSerialization.to_dict(dag)).get_task("orders")  # what the scheduler reads
+    assert seen.max_active_tis_per_dag == 1
+    assert "'name': 'mapped_orders'" in str(seen.outlets)  # a mapped task keeps them encoded
+
+
+@pytest.mark.slow
+def test_mapped_pipelines_with_an_asset_each_commit_their_own_state_to_its_state_store(airflow_db, tmp_path):
+    (tmp_path / "orders").mkdir()
+    asset = Asset(name="mapped_pipelines", uri=f"file://{tmp_path}/target")
+    dag = fresh_dag("mapped_pipelines")
+    with dag:
+        IncrementalPartitionsOperator.partial(
+            task_id="orders", source=str(tmp_path / "orders"), time_column="event_time",
+            watermark={"from": "2026-01-05", "to": "P0D"}, target=str(tmp_path / "target"),
+            store_path=str(tmp_path / "store"), asset=asset,
+        ).expand(pipeline=["mapped_eu", "mapped_us"])  # fmt: skip
+    _run, states = run_dag(dag, JAN_6)
+    assert set(states.values()) == {"success"}
+    for pipeline in ("mapped_eu", "mapped_us"):
+        assert asset_state("mapped_pipelines", f"partition_state/{pipeline}")["pipeline"] == pipeline
