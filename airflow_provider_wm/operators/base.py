@@ -94,7 +94,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
 
     :param store_path: the watermark store (requests, manifests, published watermarks): an absolute path or
         a URL. Templated.
-    :param logical_time: the run's clock, default ``data_interval_end``; never later than now. Templated.
+    :param logical_time: the run's clock, default ``data_interval_end`` (``run_after`` in a run without a data
+        interval); never later than now. Templated.
     :param spark_conn_id: a ``spark_connect`` connection (the job runs in the task as a Spark Connect client),
         a ``spark`` connection (``spark-submit``), or ``None``: the embedded Spark Connect server on loopback.
     :param spark_conf: Spark options for the job, ``{"spark.executor.memory": "2g"}`` (``--conf`` in submit
@@ -111,7 +112,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         self,
         *,
         store_path: str,
-        logical_time: str = "{{ data_interval_end }}",
+        logical_time: str | None = None,
         spark_conn_id: str | None = None,
         spark_conf: dict[str, Any] | None = None,
         asset: Asset | None = None,
@@ -121,7 +122,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         add_asset_outlet(asset_argument(asset), kwargs)
         super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
         store_path_argument(store_path)
-        if not is_templated(logical_time):
+        if logical_time is not None and not is_templated(logical_time):
             to_epoch_ms(logical_time, "logical_time")
         if spark_conn_id is not None and (not isinstance(spark_conn_id, str) or not spark_conn_id.strip()):
             raise ValueError(f"spark_conn_id={spark_conn_id!r} must be a connection id or None (embedded)")
@@ -199,10 +200,15 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
 
     # ------------------------------------------------------------------------------------------ skeleton
 
-    def round_time_ms(self) -> int:
-        """The run's logical time in epoch ms. A time ahead of the wall clock is refused: input that arrives
-        between now and then would be skipped by every later run."""
-        now_ms = to_epoch_ms(self.logical_time, "logical_time")
+    def round_time_ms(self, context: Context) -> int:
+        """The run's logical time in epoch ms: ``logical_time``, by default the run's ``data_interval_end``, or
+        when the run has no data interval (an asset-triggered run, a manual one without a logical date) the time
+        it was due to run (``run_after``). A time ahead of the wall clock is refused: input that arrives between
+        now and then would be skipped by every later run."""
+        moment: Any = self.logical_time
+        if moment is None:
+            moment = context.get("data_interval_end") or context["dag_run"].run_after
+        now_ms = to_epoch_ms(moment, "logical_time")
         if now_ms > time.time() * 1000:
             raise ValueError(
                 f"logical_time={self.logical_time!r} ({format_ms(now_ms)}) is later than the current time: data "
@@ -212,7 +218,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
 
     def execute(self, context: Context) -> dict[str, Any]:
         store_path_argument(self.store_path)  # once more as rendered: a template is checked only now
-        now_ms = self.round_time_ms()
+        now_ms = self.round_time_ms(context)
         committed = self.read_committed(context)
         until = None if committed is None else self.covered_until(committed)
         if committed is not None and until is not None and now_ms <= until:

@@ -13,7 +13,7 @@ from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.base import JobRound, Outcome
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, pipeline_variable_key
-from tests.airflow_helpers import asset_state, fresh_dag, run_dag, xcom
+from tests.airflow_helpers import asset_state, fresh_dag, register, run_dag, xcom
 from tests.operators.test_incremental_partitions import committed
 
 JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
@@ -135,3 +135,14 @@ def test_mapped_pipelines_with_an_asset_each_commit_their_own_state_to_its_state
     assert set(states.values()) == {"success"}
     for pipeline in ("mapped_eu", "mapped_us"):
         assert asset_state("mapped_pipelines", f"partition_state/{pipeline}")["pipeline"] == pipeline
+
+
+@pytest.mark.slow
+def test_a_run_without_a_data_interval_takes_its_run_after_as_its_logical_time(airflow_db, tmp_path):
+    """An asset-triggered run, or a manual one without a logical date, has no ``data_interval_end``."""
+    dag = one_day_pipeline(tmp_path, IncrementalPartitionsOperator, "p_no_interval")
+    register(dag)
+    run = dag.test(logical_date=None, run_after=JAN_6)
+    assert run.data_interval_end is None
+    assert {ti.task_id: str(ti.state) for ti in run.get_task_instances()} == {"orders": "success"}
+    assert committed("p_no_interval")["processed_until_ms"] == int(JAN_6.timestamp() * 1000)
