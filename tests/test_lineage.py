@@ -165,7 +165,7 @@ def test_each_stateful_operator_reports_its_datasets_and_watermark_facet_to_open
     assert (facet["kind"], facet["name"], facet["version"]) == ("windowed_aggregate", "lineage_windows", 1)
     assert (facet["watermark_ms"], facet["cutoff_ms"]) == (state["watermark_ms"], state["arrival_until_ms"])
     assert facet["late"] == summary["too_late"]
-    invalid = summary["invalid_event_time"] + summary["invalid_window"] + summary["invalid_arrival"]
+    invalid = sum(summary[n] for n in ("invalid_event_time", "invalid_value", "invalid_window", "invalid_arrival"))
     assert facet["quarantined"] == invalid > 0
     published = WatermarkStoreHook(f"{base}/store").read_latest("lineage_windows")["lower_ms"]
     assert facet["stream_watermarks_ms"] == {"lineage_windows": published}

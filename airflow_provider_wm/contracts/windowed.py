@@ -69,6 +69,9 @@ class WindowedTotals(Contract):
     events_aggregated: int = 0
     too_late: int = 0
     invalid_event_time: int = 0
+    invalid_value: int = 0
+    """Events with a valid time and NaN or +/-infinity in a column an aggregate reads, quarantined
+    (``INVALID_VALUE``) instead of making their windows NaN or infinite; part of ``events_read``."""
     invalid_window: int = 0
     invalid_arrival: int = 0
     """Rows in the source whose arrival is null, unparseable or not a valid time: no run's arrival range holds
@@ -90,6 +93,7 @@ class WindowedTotals(Contract):
             ("aggregated", self.events_aggregated),
             ("too late (dropped)", self.too_late),
             ("invalid event time", self.invalid_event_time),
+            ("invalid value", self.invalid_value),
             ("invalid arrival", self.invalid_arrival),
             *((f"panes {timing}", count) for timing, count in self.panes.to_json().items()),
             ("windows open", self.windows_open),

@@ -30,6 +30,7 @@ from airflow_provider_wm.core.windowing import (
     StoreWatermark,
     UpstreamPanes,
     WatermarkPolicy,
+    aggregated_columns,
     enum_member,
     rollup_watermark,
     upstream_streams,
@@ -273,10 +274,11 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         return committed
 
     def lineage(self, document: WindowedState, summary: dict[str, Any] | None) -> RunLineage:
-        """Events in, panes and late rows out; late: too-late events, quarantined: invalid time, window or arrival."""
+        """Events in, panes and late rows out; late: too-late events, quarantined: invalid time, value, window or
+        arrival."""
         watermark = document.watermark_ms
         output_ms = None if watermark is None else self.spec.output_window.output_watermark(watermark)
-        invalid = ("invalid_event_time", "invalid_window", "invalid_arrival")
+        invalid = ("invalid_event_time", "invalid_value", "invalid_window", "invalid_arrival")
         return RunLineage(
             kind="windowed_aggregate",
             name=self.pipeline,
@@ -495,6 +497,15 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         if manifest.late_output:
             self.log.warning(
                 "Too-late and invalid events of this run: %s (wm_run=%s)", manifest.late_output, manifest.version
+            )
+        if manifest.totals.invalid_value:
+            self.log.warning(
+                "%s events hold NaN or infinity in a column the aggregates read (%s): quarantined as INVALID_VALUE "
+                "in %s (wm_run=%s), not aggregated",
+                manifest.totals.invalid_value,
+                ", ".join(repr(c) for c in aggregated_columns(self.spec.aggregates)),
+                manifest.late_output,
+                manifest.version,
             )
         if manifest.totals.invalid_arrival:
             self.log.warning(

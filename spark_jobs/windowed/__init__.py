@@ -12,7 +12,9 @@ A run reads a request (JSON, written by the operator) and:
    file yet is a run with no events; a merge of several ``inputs`` reads each one so and unions them, each
    input's columns prefixed with its name (:func:`merge_inputs`);
 2. classifies each row: ``INVALID_ARRIVAL`` (see below), ``INVALID_EVENT_TIME`` (a null, unparseable or
-   out-of-range time, :func:`~spark_jobs.common.invalid_time`), ``TOO_LATE`` (``t < W_prev - L``), or
+   out-of-range time, :func:`~spark_jobs.common.invalid_time`), ``INVALID_VALUE`` (NaN or +/-infinity in a
+   float or double column a built-in aggregate reads, ``core.windowing.values_are_usable``: a flag computed as
+   the rows are read, one more ``when`` in the classification), ``TOO_LATE`` (``t < W_prev - L``), or
    accepted; and, in the same aggregation, computes the partial aggregates per ``(keys, window)`` of the
    accepted events (tumbling and sliding windows by arithmetic, ``explode`` for the slides, Spark's
    ``session_window`` for sessions, one window for global). No window arithmetic is evaluated on a row

@@ -3,6 +3,8 @@ the partial-aggregate columns of the spec's aggregates, and the job's column nam
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -18,13 +20,15 @@ _SESSION_PARKING_MS = -(2**45)
 """Where too-late and invalid events sit in the session scan: about 1,100 years before any valid time."""
 INVALID_ARRIVAL_FLAG = "wm_invalid_arrival"
 """Per row read: whether its arrival is null, unparseable or out of range (rule 0: read by every run)."""
+INVALID_VALUE_FLAG = "wm_invalid_value"
+"""Per row read: whether a floating column an aggregate reads holds NaN or +/-infinity (:func:`unusable_value`)."""
 STATE_FLAGS = ("pending", "on_time_fired", "last_pane", "owed")
 """Per window, after its keys, bounds and partials: events since its last firing, whether it fired ON_TIME, its
 last pane and the panes it owes retractions for (rule 4)."""
-RUN_COUNTERS = ("wm_rows", "wm_too_late", "wm_invalid", "wm_invalid_arrival", "wm_max_t")
+RUN_COUNTERS = ("wm_rows", "wm_too_late", "wm_invalid", "wm_invalid_value", "wm_invalid_arrival", "wm_max_t")
 """Per group of :meth:`Events.new_partials`: rows read, too-late and invalid rows, the highest time; summed (the
 highest time: its maximum) over a run's partials, they are the run's totals."""
-JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG)
+JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG, INVALID_VALUE_FLAG)
 """What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")
 """Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
@@ -33,6 +37,17 @@ LIVE_META = ("pane_index", "retraction", "upstream_run")
 def is_open(window_end: Column, horizon: int | None) -> Column:
     """``core.windowing.is_open``: a window still takes data while it ends after the horizon ``W - L``."""
     return F.lit(True) if horizon is None else window_end > F.lit(horizon)
+
+
+def unusable_value(columns: Sequence[str]) -> Column:
+    """``not core.windowing.values_are_usable`` over ``columns``, the floating (float or double) columns that
+    aggregates read (a decimal or an integer cannot be NaN or infinite): one of them is NaN or +/-infinity. A
+    null is usable (false, not null)."""
+    infinity = F.lit(float("inf"))
+    unusable: Column = F.lit(False)
+    for name in columns:
+        unusable = unusable | F.isnan(name) | F.abs(name).eqNullSafe(infinity)
+    return unusable
 
 
 def carried(column: str) -> Column:
@@ -46,6 +61,7 @@ def run_totals() -> list[Column]:
         F.sum("wm_rows").alias("events"),
         F.sum("wm_too_late").alias("too_late"),
         F.sum("wm_invalid").alias("invalid"),
+        F.sum("wm_invalid_value").alias("invalid_value"),
         F.sum("wm_invalid_arrival").alias("invalid_arrival"),
         F.max("wm_max_t").alias("max_t"),
     ]

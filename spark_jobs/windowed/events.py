@@ -9,7 +9,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegralType, TimestampType
+from pyspark.sql.types import DoubleType, FloatType, IntegralType, StructType, TimestampType
 
 from airflow_provider_wm.contracts import WindowedInput
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
@@ -18,13 +18,24 @@ from airflow_provider_wm.core.windowing import (
     TOO_LATE_REASONS,
     LateData,
     LateReason,
+    aggregated_columns,
     input_column,
 )
 from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
 from spark_jobs.common import invalid_time, read_dataset, time_ms
-from spark_jobs.windowed.base import _SESSION_PARKING_MS, INVALID_ARRIVAL_FLAG, JOB_COLUMNS, JobBase, is_open
+from spark_jobs.windowed.base import (
+    _SESSION_PARKING_MS,
+    INVALID_ARRIVAL_FLAG,
+    INVALID_VALUE_FLAG,
+    JOB_COLUMNS,
+    JobBase,
+    is_open,
+    unusable_value,
+)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+TIME_SEEN_REASONS = (*TOO_LATE_REASONS, LateReason.INVALID_VALUE.value)
+"""The quarantined rows whose valid time counts in the run's highest event time (rule 3), as accepted ones do."""
 
 
 def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Column:
@@ -50,10 +61,12 @@ class Events(JobBase):
 
     def read_events(self, source: WindowedInput | None = None) -> DataFrame | None:
         """The run's events of the request's input (or of one of its ``inputs``), with ``wm_t``, their time in
-        epoch ms, and ``INVALID_ARRIVAL_FLAG`` (rule 0: the rows whose arrival no run's range can hold are read
-        too, see the module docstring); ``None`` when there is no data (no path, or a folder with no data file).
+        epoch ms, ``INVALID_ARRIVAL_FLAG`` (rule 0: the rows whose arrival no run's range can hold are read
+        too, see the module docstring) and ``INVALID_VALUE_FLAG`` (:meth:`checked_columns`); ``None`` when there
+        is no data (no path, or a folder with no data file).
         """
         request = self.request
+        input_name = None if source is None else source.name
         if source is None:
             if request.events is None or request.event_time is None:
                 raise ValueError("the request names no events and no event_time")
@@ -83,7 +96,25 @@ class Events(JobBase):
         if missing:
             raise ValueError(f"events {source.events} lack the columns {missing}; they have {schema.names}")
         event_time = time_ms(F.col(name), schema[name].dataType, f"event_time={name!r} of {source.events}")
-        return events.withColumn("wm_t", event_time).withColumn(INVALID_ARRIVAL_FLAG, invalid_arrival)
+        return events.withColumns({
+            "wm_t": event_time,
+            INVALID_ARRIVAL_FLAG: invalid_arrival,
+            INVALID_VALUE_FLAG: unusable_value(self.checked_columns(schema, input_name)),
+        })  # fmt: skip
+
+    def checked_columns(self, schema: StructType, input_name: str | None) -> list[str]:
+        """The columns of an input (``input_name``: one of the request's ``inputs``; ``None``: its ``events``)
+        whose NaN or infinite values make a row ``INVALID_VALUE`` (``core.windowing.values_are_usable``): those
+        the built-in aggregates read (of a merged input, as ``input_column(input_name, column)``), compared
+        without case as Spark resolves them, and of a floating type (a decimal or an integer is always finite).
+        """
+        read = {c.lower() for c in aggregated_columns(self.spec.aggregates)}
+        return [
+            f.name
+            for f in schema.fields
+            if isinstance(f.dataType, FloatType | DoubleType)
+            and (f.name if input_name is None else input_column(input_name, f.name)).lower() in read
+        ]
 
     def read_merged_events(self) -> DataFrame | None:
         """The events of every input (:func:`merge_inputs`): keys as they are, every other column prefixed with
@@ -115,11 +146,15 @@ class Events(JobBase):
 
     def classified(self, events: DataFrame) -> DataFrame:
         """The rows with ``wm_reason`` (null: accepted): ``INVALID_ARRIVAL`` (rule 0), then from their time
-        ``wm_t`` ``INVALID_EVENT_TIME`` (``not is_valid_time_ms``: rule 1) or ``TOO_LATE`` (rule 2). The first
-        matching condition wins, so later steps only see valid times of accepted events."""
+        ``wm_t`` ``INVALID_EVENT_TIME`` (``not is_valid_time_ms``: rule 1), then ``INVALID_VALUE`` (NaN or
+        infinity in an aggregated column, ``not values_are_usable``: rule 1), then ``TOO_LATE`` (rule 2). The
+        first matching condition wins, so later steps only see valid times and finite values of accepted events.
+        """
         t = F.col("wm_t")
-        reason = F.when(F.col(INVALID_ARRIVAL_FLAG), LateReason.INVALID_ARRIVAL.value).when(
-            invalid_time(t), LateReason.INVALID_EVENT_TIME.value
+        reason = (
+            F.when(F.col(INVALID_ARRIVAL_FLAG), LateReason.INVALID_ARRIVAL.value)
+            .when(invalid_time(t), LateReason.INVALID_EVENT_TIME.value)
+            .when(F.col(INVALID_VALUE_FLAG), LateReason.INVALID_VALUE.value)
         )
         if self.horizon is not None:
             late_reason = (
@@ -208,8 +243,9 @@ class Events(JobBase):
             F.count(F.when(first_copy, 1)).alias("wm_rows"),
             F.count(F.when(reason.isin(*TOO_LATE_REASONS), 1)).alias("wm_too_late"),
             F.count(F.when(reason == LateReason.INVALID_EVENT_TIME.value, 1)).alias("wm_invalid"),
+            F.count(F.when(reason == LateReason.INVALID_VALUE.value, 1)).alias("wm_invalid_value"),
             F.count(F.when(reason == LateReason.INVALID_ARRIVAL.value, 1)).alias("wm_invalid_arrival"),
-            F.max(F.when(reason.isNull() | reason.isin(*TOO_LATE_REASONS), t)).alias("wm_max_t"),
+            F.max(F.when(reason.isNull() | reason.isin(*TIME_SEEN_REASONS), t)).alias("wm_max_t"),
         )
         return aggregated.select(
             *self.keys,
@@ -220,6 +256,7 @@ class Events(JobBase):
             "wm_rows",
             "wm_too_late",
             "wm_invalid",
+            "wm_invalid_value",
             "wm_invalid_arrival",
             "wm_max_t",
         )
@@ -248,7 +285,9 @@ class Events(JobBase):
             F.col("wm_events").alias("wm_rows"),
             F.when(reason.isin(*TOO_LATE_REASONS), events).otherwise(0).alias("wm_too_late"),
             F.when(reason == LateReason.INVALID_EVENT_TIME.value, events).otherwise(0).alias("wm_invalid"),
+            F.when(reason == LateReason.INVALID_VALUE.value, events).otherwise(0).alias("wm_invalid_value"),
             F.when(reason == LateReason.INVALID_ARRIVAL.value, events).otherwise(0).alias("wm_invalid_arrival"),
-            # an invalid time is no event time: only accepted and too-late rows count in the run's highest one
-            F.when(accepted | reason.isin(*TOO_LATE_REASONS), F.col("wm_max_t")).alias("wm_max_t"),
+            # an invalid time is no event time: only accepted, too-late and invalid-value rows count in the run's
+            # highest one
+            F.when(accepted | reason.isin(*TIME_SEEN_REASONS), F.col("wm_max_t")).alias("wm_max_t"),
         )

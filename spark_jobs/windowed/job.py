@@ -174,11 +174,12 @@ class Job(Firing):
     def event_counts(observed: Row) -> dict[str | None, int]:
         """The run's rows by reason (``None``: accepted) from its totals (:func:`run_totals`)."""
         too_late, invalid = int(observed["too_late"] or 0), int(observed["invalid"] or 0)
-        invalid_arrival = int(observed["invalid_arrival"] or 0)
+        invalid_value, invalid_arrival = int(observed["invalid_value"] or 0), int(observed["invalid_arrival"] or 0)
         return {
-            None: int(observed["events"] or 0) - too_late - invalid - invalid_arrival,
+            None: int(observed["events"] or 0) - too_late - invalid - invalid_value - invalid_arrival,
             LateReason.TOO_LATE.value: too_late,
             LateReason.INVALID_EVENT_TIME.value: invalid,
+            LateReason.INVALID_VALUE.value: invalid_value,
             LateReason.INVALID_ARRIVAL.value: invalid_arrival,
         }
 
@@ -213,6 +214,7 @@ class Job(Firing):
                 "events_aggregated": counts.get(None, 0),
                 "too_late": counts.get(LateReason.TOO_LATE.value, 0),
                 "invalid_event_time": counts.get(LateReason.INVALID_EVENT_TIME.value, 0),
+                "invalid_value": counts.get(LateReason.INVALID_VALUE.value, 0),
                 "invalid_window": counts.get(LateReason.INVALID_WINDOW.value, 0),
                 "invalid_arrival": invalid_arrival,
                 "panes": pane_counts,

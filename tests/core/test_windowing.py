@@ -201,6 +201,24 @@ def test_invalid_event_times_are_quarantined_not_aggregated():
     assert result.state.max_event_time_ms == 15
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+def test_nan_and_infinite_values_are_quarantined_before_too_late_and_an_accumulating_window_stays_finite():
+    """The worked example of ``values_are_usable``: sum and max of ``v``, count(*); nulls and unread columns pass."""
+    aggregates = (Aggregate("s", "sum", "v"), Aggregate("hi", "max", "v"), Aggregate("n", "count"))
+    spec = AggregationSpec(Tumbling(10), aggregates, keys=(), watermark=BoundedOutOfOrderness(0), early_firing=True)
+    nan, inf, minus_inf = Event(2, (), {"v": NAN}), Event(15, (), {"v": INF}), Event(4, (), {"v": -INF})
+    first = run(spec, AggregationState(), [Event(1, (), {"v": 2.5}), nan, Event(3, (), {"v": None, "w": NAN}), inf])
+    assert first.late == [(nan, "INVALID_VALUE"), (inf, "INVALID_VALUE")]
+    assert first.state.max_event_time_ms == 15  # a quarantined value's time still counts as seen
+    assert [(p.window.start, p.values) for p in first.panes] == [(0, (2.5, 2.5, 2))]
+    late = Event(5, (), {"v": 1.0})
+    second = run(spec, first.state, [minus_inf, late, Event(16, (), {"v": 1.0})])
+    assert second.late == [(minus_inf, "INVALID_VALUE"), (late, "TOO_LATE")]  # both too late: one reason
+    assert [(p.window.start, p.values) for p in second.panes] == [(10, (1.0, 1.0, 1))]
+
+
 OUT_OF_RANGE_TIMES = [-1, MAX_TIME_MS + 1, 10**15, 2**63 - 1]
 """Times no event can have: before the epoch, after 9999-12-31 (10**15 is the year 33658), a bigint's maximum."""
 

@@ -311,6 +311,24 @@ def test_a_run_with_rows_without_an_arrival_warns_naming_the_column_and_the_coun
     assert "INVALID_ARRIVAL in /out_late (wm_run=3)" in warning
 
 
+def test_a_run_with_nan_or_infinite_values_warns_naming_the_aggregated_columns_and_the_count(capsys):
+    op = WindowedAggregateOperator(
+        **{**REQUIRED, "aggregates": {"n": "count(*)", "s": "sum(amount)", "a": "avg(amount)"}}
+    )
+    manifest = WindowedManifest.from_json(
+        {
+            "pipeline": "w1", "run_id": "r", "version": 3, "watermark_ms": None, "previous_watermark_ms": None,
+            "max_event_time_ms": None, "arrival_from_ms": None, "arrival_until_ms": T0_MS,
+            "totals": {"events_read": 5, "invalid_value": 2}, "output": "/out", "late_output": "/out_late",
+        }
+    )  # fmt: skip
+    op._log_manifest(manifest)
+    warning = next(line for line in capsys.readouterr().out.splitlines() if "INVALID_VALUE" in line)
+    assert "warning" in warning
+    assert "2 events hold NaN or infinity in a column the aggregates read ('amount')" in warning
+    assert "INVALID_VALUE in /out_late (wm_run=3)" in warning
+
+
 @pytest.mark.slow
 def test_a_failed_run_commits_nothing_and_a_changed_spec_is_refused(airflow_db, tmp_path):
     write_events(tmp_path / "events", 1, [("eu", 1, 10, 2)])

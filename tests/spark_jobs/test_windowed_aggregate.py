@@ -1,7 +1,8 @@
 """The windowed-aggregate job on real Spark: the worked examples, bad data, retries, and differential tests
 against ``core.windowing`` over random runs for every window kind and accumulation mode, and for rollups of
 every upstream accumulation mode (window propagation); the random inputs include event times outside the
-valid range (``core.times``), which no window kind may overflow on."""
+valid range (``core.times``), which no window kind may overflow on, and NaN and infinite values, which both
+quarantine (``INVALID_VALUE``)."""
 
 from __future__ import annotations
 
@@ -47,18 +48,22 @@ from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling,
 from spark_jobs.windowed import run_request as run_windowed
 
 EVENT_SCHEMA = "k string, t long, v int, arrival long"
+DOUBLE_SCHEMA = "k string, t long, v double, arrival long"
+NAN, INF = float("nan"), float("inf")
 
 
 class Pipeline:
     """Runs the job run after run on the shared session, carrying state and cut-offs like the operator."""
 
-    def __init__(self, spark, tmp_path: Path, spec: AggregationSpec, event_time: str = "t") -> None:
-        self.spark, self.base, self.spec, self.event_time = spark, tmp_path, spec, event_time
+    def __init__(
+        self, spark, tmp_path: Path, spec: AggregationSpec, event_time: str = "t", schema: str = EVENT_SCHEMA
+    ) -> None:
+        self.spark, self.base, self.spec, self.event_time, self.schema = spark, tmp_path, spec, event_time, schema
         self.version, self.previous, self.state, self.arrival = 0, {}, None, None
         self.fired_hours = False
 
-    def write(self, rows: list[tuple[Any, ...]], arrival: int, schema: str = EVENT_SCHEMA) -> None:
-        self.spark.createDataFrame([(*r, arrival) for r in rows], schema).write.mode("append").parquet(
+    def write(self, rows: list[tuple[Any, ...]], arrival: int, schema: str | None = None) -> None:
+        self.spark.createDataFrame([(*r, arrival) for r in rows], schema or self.schema).write.mode("append").parquet(
             str(self.base / "events")
         )
 
@@ -255,6 +260,43 @@ def test_invalid_times_are_quarantined_with_their_columns_and_counted(spark, tmp
     assert manifest["watermark_ms"] == 4 and manifest["max_event_time_ms"] == 4
 
 
+def test_nan_and_infinite_values_are_quarantined_with_their_columns_counted_and_kept_out_of_the_windows(
+    spark, tmp_path
+):
+    """Core's worked example (``values_are_usable``): a NaN in a column no aggregate reads (``x``) is aggregated; a
+    row both too late and infinite is ``INVALID_VALUE``; a quarantined value's time counts as seen."""
+    aggregates = (Aggregate("s", "sum", "v"), Aggregate("hi", "max", "v"), Aggregate("n", "count"))
+    spec = AggregationSpec(Tumbling(10), aggregates, keys=("k",), watermark=BoundedOutOfOrderness(0), early_firing=True)
+    pipeline = Pipeline(spark, tmp_path, spec, schema="k string, t long, v double, x double, arrival long")
+    runs = [
+        [("a", 1, 2.5, NAN), ("a", 2, NAN, 0.0), ("a", 3, None, 0.0), ("a", 15, INF, 0.0)],
+        [("a", 4, -INF, 0.0), ("a", 5, 1.0, 0.0), ("a", 16, 1.0, 0.0)],
+    ]
+    state, results, manifests = AggregationState(), [], []
+    for rows in runs:
+        results.append(run(spec, state, [Event(t, (k,), {"v": v, "x": x}) for k, t, v, x in rows]))
+        state = results[-1].state
+        manifests.append(pipeline.run(rows))
+    totals = [m["totals"] for m in manifests]
+    assert [(t["events_read"], t["events_aggregated"], t["invalid_value"], t["too_late"]) for t in totals] == [
+        (4, 2, 2, 0),
+        (3, 1, 1, 1),
+    ]
+    assert manifests[0]["max_event_time_ms"] == results[0].state.max_event_time_ms == 15
+    assert pipeline.panes() == core_rows(spec, results)
+    assert pipeline.late() == sorted(
+        [
+            ("a", 2, "INVALID_VALUE", 1),
+            ("a", 15, "INVALID_VALUE", 1),
+            ("a", 4, "INVALID_VALUE", 2),
+            ("a", 5, "TOO_LATE", 2),
+        ],
+        key=repr,
+    )
+    quarantined = spark.read.parquet(str(tmp_path / "late")).where("reason = 'INVALID_VALUE'").collect()
+    assert sorted(str(r["v"]) for r in quarantined) == ["-inf", "inf", "nan"]
+
+
 OUT_OF_RANGE_TIMES = [-1, MAX_TIME_MS + 1, 10**15, 2**63 - 1]
 """Times no event can have: before the epoch, after 9999-12-31 (10**15 is the year 33658), a bigint's maximum."""
 
@@ -429,9 +471,7 @@ def test_merged_inputs_quarantine_rows_without_a_usable_arrival_with_their_prefi
     watermark = MergedWatermark((("a", StoreWatermark("sa")), ("b", StoreWatermark("sb"))), 50, "highest")
     spec = AggregationSpec(Tumbling(10), MERGED_AGGREGATES, ("k",), watermark)
     pipeline = Merge(spark, tmp_path, spec)
-    spark.createDataFrame([("x", 4, 1, None)], "k string, t long, v int, arrival long").write.parquet(
-        str(tmp_path / "a")
-    )
+    spark.createDataFrame([("x", 4, 1.0, None)], DOUBLE_SCHEMA).write.parquet(str(tmp_path / "a"))
     manifest = pipeline.merge([("y", 5, 2)], [("y", 6, 3)], source=10)
     assert manifest["totals"]["invalid_arrival"] == 1 and manifest["totals"]["events_aggregated"] == 2
     assert pipeline.late() == [("x", 4, "INVALID_ARRIVAL")]
@@ -464,6 +504,18 @@ def random_time(rnd: random.Random, clock: int) -> int | None:
     return max(-1, clock - rnd.randint(0, 40))
 
 
+def random_value(rnd: random.Random) -> float | None:
+    """A value of ``v``: null or a small whole number; one in ten is NaN or +/-infinity (quarantined)."""
+    if rnd.random() < 0.1:
+        return rnd.choice([NAN, INF, -INF])
+    return rnd.choice([None, *map(float, range(-3, 9))])
+
+
+def spoiled(rnd: random.Random, value: int | None) -> float | None:
+    """``value`` as a double, or one time in ten NaN or +/-infinity."""
+    return rnd.choice([NAN, INF, -INF]) if rnd.random() < 0.1 else None if value is None else float(value)
+
+
 def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation):
     window = WINDOWS[window_kind]
     early_count, late_firing = rnd.choice([None, 2, 3]), rnd.random() < 0.7
@@ -485,7 +537,7 @@ def random_case(rnd: random.Random, window_kind: str, accumulation: Accumulation
     for _ in range(rnd.randint(3, 4)):
         clock += rnd.randint(5, 30)
         rows = [
-            (rnd.choice(["a", "b", "c", None]), random_time(rnd, clock), rnd.choice([None, *range(-3, 9)]))
+            (rnd.choice(["a", "b", "c", None]), random_time(rnd, clock), random_value(rnd))
             for _ in range(rnd.randint(0, 15))
         ]
         runs.append((rows, clock - rnd.randint(0, 15)))
@@ -498,7 +550,7 @@ def test_job_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, acc
     for example in range(EXAMPLES):
         seed = zlib.crc32(f"{window_kind}-{accumulation.value}-{example}".encode())
         spec, runs = random_case(random.Random(seed), window_kind, accumulation)
-        pipeline = Pipeline(spark, tmp_path / f"e{example}", spec)
+        pipeline = Pipeline(spark, tmp_path / f"e{example}", spec, schema=DOUBLE_SCHEMA)
         state, results = AggregationState(), []
         for rows, source in runs:
             result = run(spec, state, [Event(t, (k,), {"v": v}) for k, t, v in rows], source)
@@ -506,7 +558,10 @@ def test_job_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, acc
             results.append(result)
             manifest = pipeline.run(rows, source=source)
             assert manifest["watermark_ms"] == result.watermark_ms, (seed, manifest)
+            assert manifest["max_event_time_ms"] == result.state.max_event_time_ms, (seed, manifest)
             assert manifest["totals"]["panes"] == result.pane_counts(), seed
+            invalid_values = sum(why == "INVALID_VALUE" for _, why in result.late)
+            assert manifest["totals"]["invalid_value"] == invalid_values, seed
         assert pipeline.panes() == core_rows(spec, results), seed
         expected_late = Counter((e.key[0], e.time_ms, why) for r in results for e, why in r.late)
         assert Counter(row[:3] for row in pipeline.late()) == expected_late, seed
@@ -614,7 +669,7 @@ def test_rollup_panes_equal_core_over_random_upstream_runs(spark, tmp_path, case
         accumulation=rnd.choice([Accumulation.ACCUMULATING, Accumulation.ACCUMULATING_AND_RETRACTING]),
         early_firing=True, upstream=UpstreamPanes("up", fine, upstream_accumulation),
     )  # fmt: skip
-    upstream = Pipeline(spark, tmp_path / "up", upstream_spec)
+    upstream = Pipeline(spark, tmp_path / "up", upstream_spec, schema=DOUBLE_SCHEMA)
     rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
     up_state, state, results = AggregationState(), AggregationState(), []
     names = tuple(a.name for a in AGGREGATES)
@@ -700,7 +755,7 @@ class Merge(Pipeline):
     """A merge of inputs ``a`` (``k, t, v``) and ``b`` (``k, t2, w``), each with its own events folder."""
 
     def write_input(self, name: str, rows: list[tuple[Any, ...]], arrival: int) -> None:
-        schema = "k string, t long, v int, arrival long" if name == "a" else "k string, t2 long, w int, arrival long"
+        schema = DOUBLE_SCHEMA if name == "a" else "k string, t2 long, w int, arrival long"
         self.spark.createDataFrame([(*r, arrival) for r in rows], schema).write.mode("append").parquet(
             str(self.base / name)
         )
@@ -743,6 +798,7 @@ MERGED_AGGREGATES = (
 )
 def test_merged_inputs_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, late_data):
     rnd = random.Random(zlib.crc32(f"merge-{window_kind}".encode()))
+    noise = random.Random(window_kind)  # its own generator: the runs stay rnd's (whose first has rows of both inputs)
     watermark = MergedWatermark((("a", StoreWatermark("sa")), ("b", StoreWatermark("sb"))), 50, "highest")
     spec = AggregationSpec(
         WINDOWS[window_kind], MERGED_AGGREGATES, ("k",), watermark, allowed_lateness_ms=rnd.randint(0, 10),
@@ -756,6 +812,7 @@ def test_merged_inputs_panes_equal_core_over_random_runs(spark, tmp_path, window
             (rnd.choice(["x", "y", None]), random_time(rnd, clock), rnd.choice([None, *range(9)]))
             for _ in range(rnd.randint(0, 12))
         ] for _ in "ab")  # fmt: skip
+        a = [(k, t, spoiled(noise, v)) for k, t, v in a]  # a's v is a double
         source = clock - rnd.randint(0, 15)
         events = merge_inputs({
             "a": [Event(t, (k,), {"t": t, "v": v, "arrival": 0}) for k, t, v in a],

@@ -13,7 +13,13 @@ lateness):
    it is fixed at the source (:func:`read_by_run`). Those rows are not the run's events: rules 1-7 skip them.
 1. **Sanity.** An event whose time is not a valid time (null, negative, or after 9999-12-31:
    :func:`~airflow_provider_wm.core.times.is_valid_time_ms`) is quarantined ``INVALID_EVENT_TIME``; no
-   window arithmetic is done on it.
+   window arithmetic is done on it. An event with a valid time that holds NaN or +/-infinity in a column an
+   aggregate reads (:func:`values_are_usable`) is quarantined ``INVALID_VALUE``: one such value would make its
+   windows' sums, averages, minima and maxima NaN or infinite, for good in an accumulating window's state. Its
+   time still counts as seen (rule 3). This comes before rule 2: a row both too late and unusable is
+   ``INVALID_VALUE``, a fault of the row itself that its source must fix whenever the row is read (a replay
+   that arrives in time would hit it again), where lateness is only a matter of when it arrived; every
+   ``INVALID_*`` reason is a property of the row alone, the same whichever run reads it.
 2. **Too late** (:func:`too_late_reason`, by the spec's :class:`LateData` policy). ``"event_time"`` (the
    default, Apex): an event with ``t < W_prev - L`` is not aggregated: it goes to the late-data output with
    reason ``TOO_LATE`` and is counted (Flink's side output for late data). ``"window_end"`` (Spark Structured
@@ -53,7 +59,11 @@ over those that are not idle (Jet's coalescing), so a window fires once every li
 **Window propagation** (Apex): a rollup (``upstream=UpstreamPanes(...)``) reads the panes of an upstream
 aggregate instead of events (:func:`run_on_panes`). A pane row lands in the window it carries (``window=None``)
 or in the coarse tumbling window that contains it (a multiple of the upstream's size). A row whose window is
-not one an upstream can emit (:func:`pane_window_is_valid`) is quarantined ``INVALID_WINDOW``. It is too late
+not one an upstream can emit (:func:`pane_window_is_valid`) is quarantined ``INVALID_WINDOW``. Pane values are
+not checked by :func:`values_are_usable`: the upstream quarantined its NaN and infinite inputs, so a pane holds
+one only when a sum of finite values exceeds a double's range (about 1.8e308) or a :class:`SqlAggregate` made
+it, and a rollup recomputes a window from its live panes, so the value leaves the window once a pane replaces
+it (quarantining a replacing pane instead would leave the pane it replaces live). It is too late
 when that window is purged (``end <= W_prev - L``). Each upstream window has one *live* pane: the row with the
 highest ``(upstream run, pane_index, not retraction)`` (a retraction is followed by the pane that replaces
 it; a retraction left on top undoes its pane); a DISCARDING upstream's panes are all live (each holds new
@@ -79,7 +89,13 @@ Worked example (tumbling 1000 ms, lateness 1000 ms, watermark from the store):
 
 from __future__ import annotations
 
-from airflow_provider_wm.core.windowing.aggregates import OUTPUT_COLUMNS, Aggregate, SqlAggregate
+from airflow_provider_wm.core.windowing.aggregates import (
+    OUTPUT_COLUMNS,
+    Aggregate,
+    SqlAggregate,
+    aggregated_columns,
+    values_are_usable,
+)
 from airflow_provider_wm.core.windowing.lateness import TOO_LATE_REASONS, LateData, LateReason, is_open, too_late_reason
 from airflow_provider_wm.core.windowing.merge import ROW_COLUMN, input_column, merge_inputs
 from airflow_provider_wm.core.windowing.modes import Accumulation, Timing, enum_member
@@ -128,6 +144,7 @@ __all__ = [
     "UpstreamPanes",
     "WatermarkPolicy",
     "WindowState",
+    "aggregated_columns",
     "enum_member",
     "input_column",
     "is_open",
@@ -140,4 +157,5 @@ __all__ = [
     "run_on_panes",
     "too_late_reason",
     "upstream_streams",
+    "values_are_usable",
 ]

@@ -3,13 +3,21 @@ Their names and columns follow :func:`~airflow_provider_wm.core.names.column_nam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_wm.core.names import column_name
 
-__all__ = ["BUILTIN_FUNCTIONS", "OUTPUT_COLUMNS", "Aggregate", "SqlAggregate"]
+__all__ = [
+    "BUILTIN_FUNCTIONS",
+    "OUTPUT_COLUMNS",
+    "Aggregate",
+    "SqlAggregate",
+    "aggregated_columns",
+    "values_are_usable",
+]
 
 BUILTIN_FUNCTIONS = ("count", "sum", "min", "max", "avg")
 OUTPUT_COLUMNS = ("window_start", "window_end", "pane", "pane_index", "retraction", "watermark_ms", "run_id")
@@ -122,3 +130,35 @@ class SqlAggregate:
                 raise ValueError(
                     f"aggregates[{self.name!r}].{argument}={getattr(self, argument)!r} must refer to {{partial}}"
                 )
+
+
+def aggregated_columns(aggregates: Iterable[Aggregate | SqlAggregate]) -> tuple[str, ...]:
+    """The columns the built-in aggregates read, each once, in order: ``count(*)`` reads none, and a
+    :class:`SqlAggregate`'s expression is the user's own (it may handle NaN itself, as ``sum(nanvl(x, 0))``).
+
+    >>> aggregated_columns([Aggregate("n", "count"), Aggregate("s", "sum", "v"), Aggregate("a", "avg", "v")])
+    ('v',)
+    """
+    return tuple(dict.fromkeys(a.column for a in aggregates if isinstance(a, Aggregate) and a.column))
+
+
+def values_are_usable(aggregates: Iterable[Aggregate | SqlAggregate], values: Mapping[str, Any]) -> bool:
+    """Whether an event's values can be aggregated: none of the :func:`aggregated_columns` holds NaN or +/-inf.
+    One such value makes every sum, avg, min or max of its window NaN or infinite (as IEEE arithmetic does), and
+    an accumulating window keeps it in its state for good, so the event is quarantined ``INVALID_VALUE``
+    instead (rule 1). A null is usable: aggregates skip it, as in SQL. Only floats can be NaN or infinite.
+
+    Worked example, ``sum(v)`` and ``count(*)``: ``v = 2.5``, ``v = None`` and ``w = nan`` (a column no aggregate
+    reads) are aggregated; ``v = nan`` and ``v = -inf`` are not.
+
+    >>> aggregates = (Aggregate("s", "sum", "v"), Aggregate("n", "count"))
+    >>> [values_are_usable(aggregates, {"v": v}) for v in (2.5, None, 7, float("nan"), float("-inf"))]
+    [True, True, True, False, False]
+    >>> values_are_usable(aggregates, {"v": 1.0, "w": float("nan")})
+    True
+    """
+    return all(_is_finite_or_null(values.get(column)) for column in aggregated_columns(aggregates))
+
+
+def _is_finite_or_null(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)

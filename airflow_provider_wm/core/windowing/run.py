@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from airflow_provider_wm.core.times import is_valid_time_ms
-from airflow_provider_wm.core.windowing.aggregates import Aggregate
+from airflow_provider_wm.core.windowing.aggregates import Aggregate, values_are_usable
 from airflow_provider_wm.core.windowing.lateness import LateReason, is_open, too_late_reason
 from airflow_provider_wm.core.windowing.modes import Accumulation, Timing
 from airflow_provider_wm.core.windowing.spec import AggregationSpec
@@ -67,6 +67,9 @@ def run(
             continue
         assert isinstance(t, int)
         max_seen = t if max_seen is None else max(max_seen, t)
+        if not values_are_usable(aggregates, event.values):
+            late.append((event, LateReason.INVALID_VALUE.value))
+            continue
         reason = too_late_reason(spec.late_data, t, spec.output_window.assign(t), horizon)
         if reason is not None:
             late.append((event, reason.value))
