@@ -116,14 +116,18 @@ class Events(JobBase):
             and (f.name if input_name is None else input_column(input_name, f.name)).lower() in read
         ]
 
-    def read_merged_events(self) -> DataFrame | None:
+    def read_merged_events(self) -> DataFrame:
         """The events of every input (:func:`merge_inputs`): keys as they are, every other column prefixed with
-        the input's name, plus the input's row marker; ``None`` when no input has any."""
+        the input's name, plus the input's row marker. Every input needs data: its columns' types come from its
+        files, and the state keeps them."""
         frames = []
         for source in self.request.inputs or []:
             events = self.read_events(source)
             if events is None:
-                continue
+                raise ValueError(
+                    f"inputs[{source.name!r}] has no data at {source.events} yet: a merged aggregate reads the types "
+                    "of every input's columns from its files, so its runs fail until each input has written one"
+                )
             name = source.name
             frames.append(
                 events.select(
@@ -137,8 +141,6 @@ class Events(JobBase):
                     *JOB_COLUMNS,
                 )
             )
-        if not frames:
-            return None
         merged = frames[0]
         for frame in frames[1:]:
             merged = merged.unionByName(frame, allowMissingColumns=True)

@@ -792,6 +792,14 @@ MERGED_AGGREGATES = (
 )
 
 
+def test_a_merge_with_an_input_that_never_wrote_fails_naming_the_input_and_its_path(spark, tmp_path):
+    watermark = MergedWatermark((("a", StoreWatermark("sa")), ("b", StoreWatermark("sb"))), 50, "highest")
+    spec = AggregationSpec(Tumbling(100), MERGED_AGGREGATES, ("k",), watermark)
+    pipeline = Merge(spark, tmp_path, spec)
+    with pytest.raises(ValueError, match=rf"inputs\['b'\] has no data at {tmp_path / 'b'} yet"):
+        pipeline.merge([("x", 5, 1.0)], [], source=10)
+
+
 @pytest.mark.parametrize(
     ("window_kind", "late_data"),
     [("tumbling", LateData.EVENT_TIME), ("session", LateData.EVENT_TIME), ("session", LateData.WINDOW_END)],
