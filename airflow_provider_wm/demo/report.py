@@ -222,6 +222,7 @@ def render_windows(base: Path, pipeline: str, outcomes: list[dict[str, Any]]) ->
         lines.append(
             f"    events read {summary['events_read']}: aggregated {summary['events_aggregated']}, "
             f"too late {summary['too_late']}, invalid event time {summary['invalid_event_time']}"
+            + (f", invalid value {summary['invalid_value']}" if summary.get("invalid_value") else "")
         )
         timings = ("EARLY", "ON_TIME", "LATE", "RETRACTION")
         panes = ", ".join(f"{timing} {summary['panes'].get(timing, 0)}" for timing in timings)

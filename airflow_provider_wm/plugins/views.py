@@ -398,7 +398,7 @@ def _run_row(store: WatermarkStoreHook, pipeline: str, version: int, path: str) 
         "watermark_ms": _epoch_ms(manifest, "watermark_ms", path),
         "panes": panes,
         "too_late": totals.get("too_late", 0),
-        "invalid": totals.get("invalid_event_time", 0),
+        "invalid": sum(totals.get(f"invalid_{what}", 0) for what in ("event_time", "value", "window")),
         "events_read": totals.get("events_read", 0),
         "error": None,
     }

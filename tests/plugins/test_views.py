@@ -3,6 +3,8 @@ real store written by the hook (the page's overview, no Airflow)."""
 
 from __future__ import annotations
 
+import json
+
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.plugins.views import explain_with_sensors, overview
 
@@ -114,3 +116,14 @@ def test_a_waiting_sensor_explains_a_derived_stream_behind_its_upstream_and_a_su
         "2026-01-01T12:00:00.000Z (deferred), in the run of the interval ending 2026-01-01T13:00:00.000Z"
     )
     assert {row["stream"]: row for row in streams}["clicks"]["behind_reason"] is None
+
+
+def test_a_windowed_runs_invalid_count_adds_every_invalid_reason_of_its_rows(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.write_pipeline_state("orders_5m", {"kind": "windowed", "version": 1, "watermark_ms": JAN}, restart=True)
+    totals = {"events_read": 10, "too_late": 1, "invalid_event_time": 1, "invalid_value": 2, "invalid_arrival": 4}
+    manifest = {"version": 1, "run_id": "r1", "watermark_ms": JAN, "totals": totals}
+    store.fs.makedirs(store.pipeline_run_path("orders_5m", 1).rsplit("/", 1)[0], exist_ok=True)
+    store.fs.pipe_file(store.pipeline_run_path("orders_5m", 1), json.dumps(manifest).encode())
+    [run] = overview(store, NOW)["windowed_pipelines"][0]["runs"]
+    assert (run["events_read"], run["too_late"], run["invalid"]) == (10, 1, 3)  # an invalid arrival is no run's row
