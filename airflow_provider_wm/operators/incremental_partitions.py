@@ -323,7 +323,13 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     def mirror_document(self, document: PipelineState, summary: dict[str, Any] | None) -> dict[str, Any]:
         """What the completeness sensor reads, with the last run's plan."""
         plan = None if summary is None else summary["plan"]
-        return {**document.to_json(), "kind": "partitions", "last_plan": plan, "last_summary": summary}
+        return {
+            **document.to_json(),
+            "kind": "partitions",
+            "dag_id": self.dag_id,
+            "last_plan": plan,
+            "last_summary": summary,
+        }
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: PipelineState) -> None:
         """The derived stream's watermark: the end of the partitions done for every unit, with all earlier ones

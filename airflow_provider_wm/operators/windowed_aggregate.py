@@ -393,7 +393,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         self._publish_output_watermark(run.store, outcome.document)
 
     def mirror_document(self, document: WindowedState, summary: dict[str, Any] | None) -> dict[str, Any]:
-        return {**document.to_json(), "kind": "windowed", "last_summary": summary}
+        return {**document.to_json(), "kind": "windowed", "dag_id": self.dag_id, "last_summary": summary}
 
     def _publish_output_watermark(self, store: WatermarkStoreHook, document: WindowedState) -> None:
         """The derived stream's watermark: every window ending at or before it has fired ON_TIME (monotone)."""

@@ -69,10 +69,13 @@ def overview(store: WatermarkStoreHook, now_ms: int) -> dict[str, Any]:
             continue
         if document is None:
             continue
+        dag_id = document.get("dag_id") if isinstance(document.get("dag_id"), str) else None
         if document.get("kind") == "windowed" or "watermark_ms" in document:
-            windowed.append(_guarded(path, _windowed_shell(pipeline), _windowed_row, store, pipeline, document))
+            row = _guarded(path, _windowed_shell(pipeline), _windowed_row, store, pipeline, document)
+            windowed.append({**row, "dag_id": dag_id})
         elif "units" in document and "spec" in document:
-            partitioned.append(_guarded(path, _partitions_shell(pipeline), _partitions_row, pipeline, document))
+            row = _guarded(path, _partitions_shell(pipeline), _partitions_row, pipeline, document)
+            partitioned.append({**row, "dag_id": dag_id})
     flag_lagging(streams, {row["pipeline"]: row for row in [*partitioned, *windowed]})
     return {
         "store": store.base_path,
@@ -86,8 +89,9 @@ def overview(store: WatermarkStoreHook, now_ms: int) -> dict[str, Any]:
 
 def stream_history(store: WatermarkStoreHook, stream: str, max_points: int) -> dict[str, Any]:
     """The watermark and lag over time of ``stream`` (``stream:wm_key`` for a keyed one), at most
-    ``max_points`` points (see ``downsample_lag``). The points come from the log's file names alone, so a
-    damaged record does not hide them; a log that cannot be listed raises :class:`DamagedRecordError`."""
+    ``max_points`` points (see ``downsample_lag``), and the DAG that published it (``dag_id``, from its latest
+    record). The points come from the log's file names alone, so a damaged record does not hide them; a log
+    that cannot be listed raises :class:`DamagedRecordError`."""
     name, wm_key = split_label(stream)
     name = validate_name(name, "stream")
     try:
@@ -95,8 +99,14 @@ def stream_history(store: WatermarkStoreHook, stream: str, max_points: int) -> d
     except OSError as error:  # e.g. a file where the log folder belongs
         raise DamagedRecordError(store.watermark_path(name, wm_key, "log"), _reason(error)) from None
     points = downsample_lag(entries, max_points)
+    try:
+        latest = store.read_latest(name, wm_key)
+    except _MALFORMED:  # the overview flags the damaged record; the log's points still show
+        latest = None
+    dag_id = latest.get("dag_id") if isinstance(latest, dict) else None
     return {
         "stream": stream,
+        "dag_id": dag_id if isinstance(dag_id, str) else None,
         "entries": len(entries),
         "points": [{"t": p.computed_at_ms, "lower_ms": p.lower_ms, "lag_ms": p.lag_ms} for p in points],
     }

@@ -94,23 +94,51 @@ def create_app() -> FastAPI:
     @app.get("/api/overview")
     def api_overview(store: Store, user: GetUserDep) -> dict[str, Any]:
         data = overview(store, int(time.time() * 1000))
+        named = {str(row["dag_id"]) for table in ROW_TABLES for row in data[table] if row.get("dag_id")}
+        readable = get_auth_manager().filter_authorized_dag_ids(dag_ids=named, user=user) if named else set()
+        data = readable_rows(data, readable)
         behind = {str(row["dag_id"]) for row in data["streams"] if row["behind_upstream_ms"] and row.get("dag_id")}
-        readable = get_auth_manager().filter_authorized_dag_ids(dag_ids=behind, user=user) if behind else set()
-        explain_with_sensors(data["streams"], latest_sensors(readable))
+        explain_with_sensors(data["streams"], latest_sensors(behind))
         return with_assets(data, readable_assets(state_assets(), user))
 
     @app.get("/api/streams/{stream}/history")
     def api_stream_history(
-        store: Store, stream: str, points: Annotated[int, Query(ge=1, le=MAX_CHART_POINTS)] = 400
+        store: Store, stream: str, user: GetUserDep, points: Annotated[int, Query(ge=1, le=MAX_CHART_POINTS)] = 400
     ) -> dict[str, Any]:
         try:
-            return stream_history(store, stream, points)
+            history = stream_history(store, stream, points)
+            dag_id = history.get("dag_id")
+            if dag_id and not get_auth_manager().filter_authorized_dag_ids(dag_ids={dag_id}, user=user):
+                raise HTTPException(status_code=404, detail=f"stream={stream!r}: no such stream")
+            return history
         except DamagedRecordError:
             raise  # the store's damage, not a bad name: answered by _damaged
         except ValueError as error:
             raise _bad_name(error) from None
 
     return app
+
+
+ROW_TABLES = ("streams", "partition_pipelines", "windowed_pipelines")
+"""The overview's tables whose rows may name the DAG that wrote them (``dag_id``)."""
+
+
+def readable_rows(data: dict[str, Any], readable_dag_ids: set[str]) -> dict[str, Any]:
+    """``data`` (the overview) without the rows whose DAG the user may not read, as Airflow's own pages hide
+    them; a row that names no DAG (a stream of producers outside Airflow, a state written by an older version)
+    stays.
+
+    >>> readable_rows({"streams": [{"dag_id": "a"}, {"dag_id": "b"}, {"dag_id": None}], "partition_pipelines": [],
+    ...                "windowed_pipelines": []}, {"a"})["streams"]
+    [{'dag_id': 'a'}, {'dag_id': None}]
+    """
+    return {
+        **data,
+        **{
+            table: [row for row in data[table] if not row.get("dag_id") or row["dag_id"] in readable_dag_ids]
+            for table in ROW_TABLES
+        },
+    }
 
 
 def latest_sensors(dag_ids: set[str], runs: int = 5) -> dict[str, dict[str, Any]]:

@@ -127,3 +127,12 @@ def test_a_windowed_runs_invalid_count_adds_every_invalid_reason_of_its_rows(tmp
     store.fs.pipe_file(store.pipeline_run_path("orders_5m", 1), json.dumps(manifest).encode())
     [run] = overview(store, NOW)["windowed_pipelines"][0]["runs"]
     assert (run["events_read"], run["too_late"], run["invalid"]) == (10, 1, 3)  # an invalid arrival is no run's row
+
+
+def test_a_pipeline_row_names_the_dag_its_state_was_committed_by(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.write_pipeline_state("orders_5m", {"kind": "windowed", "version": 1, "dag_id": "orders"}, restart=True)
+    store.write_pipeline_state("daily", {"units": [], "spec": {}, "state": {}}, restart=True)  # an older state
+    data = overview(store, NOW)
+    assert [(r["pipeline"], r["dag_id"]) for r in data["windowed_pipelines"]] == [("orders_5m", "orders")]
+    assert [(r["pipeline"], r["dag_id"]) for r in data["partition_pipelines"]] == [("daily", None)]

@@ -456,3 +456,18 @@ def test_a_derived_stream_behind_its_upstream_is_explained_by_its_dags_sensor_th
     assert reason.startswith(f"3h behind clicks: sensor wait_for_clicks of DAG {dag.dag_id} was skipped at "), reason
     assert reason.endswith("in the run of the interval ending 2026-01-01T13:00:00.000Z"), reason
     assert rows["clicks"]["behind_reason"] is None
+
+
+def test_rows_of_dags_the_user_may_not_read_are_left_out_and_rows_naming_no_dag_stay():
+    from airflow_provider_wm.plugins.watermarks import readable_rows
+
+    data = {
+        "streams": [{"stream": "a", "dag_id": "ingest"}, {"stream": "b", "dag_id": "secret"}, {"stream": "c"}],
+        "partition_pipelines": [{"pipeline": "p", "dag_id": "secret"}],
+        "windowed_pipelines": [{"pipeline": "w", "dag_id": None}],
+        "now_ms": 5,
+    }
+    shown = readable_rows(data, {"ingest"})
+    assert [r["stream"] for r in shown["streams"]] == ["a", "c"]
+    assert shown["partition_pipelines"] == [] and shown["windowed_pipelines"] == [{"pipeline": "w", "dag_id": None}]
+    assert shown["now_ms"] == 5
