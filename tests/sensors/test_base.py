@@ -15,6 +15,7 @@ from airflow_provider_wm.hooks.watermark_store import DamagedRecordError, Waterm
 from airflow_provider_wm.sensors.base import StoreReadError
 from airflow_provider_wm.sensors.partition_watermark import PartitionWatermarkSensor
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
+from tests.airflow_helpers import fresh_dag, run_dag, xcom
 from tests.flaky_store import failing_opens
 from tests.hooks.test_watermark_store import record
 from tests.triggers.test_partitions import ran_until, state_document, write
@@ -23,8 +24,14 @@ THRESHOLD_MS = 1_000
 
 
 def stream_sensor(store: str, **kwargs: Any) -> StreamWatermarkSensor:
-    defaults: dict[str, Any] = {"stream": "orders", "threshold": THRESHOLD_MS, "poke_interval": 0.01, "timeout": 5}
-    return StreamWatermarkSensor(task_id="t", store_path=store, **{**defaults, **kwargs})
+    defaults: dict[str, Any] = {
+        "task_id": "t",
+        "stream": "orders",
+        "threshold": THRESHOLD_MS,
+        "poke_interval": 0.01,
+        "timeout": 5,
+    }
+    return StreamWatermarkSensor(store_path=store, **{**defaults, **kwargs})
 
 
 def partitions_sensor(store: str, **kwargs: Any) -> PartitionWatermarkSensor:
@@ -47,6 +54,19 @@ def test_in_poke_mode_a_network_blip_is_not_yet_and_the_next_poke_passes(tmp_pat
         with failing_opens(1) as left:
             result = sensor.execute({})
         assert not left and result is not None
+
+
+def test_a_deferred_soft_fail_sensor_lives_through_blips_instead_of_being_skipped(
+    airflow_db: Path, tmp_path: Path
+) -> None:
+    WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS))
+    dag = fresh_dag("blips")
+    with dag:
+        stream_sensor(f"flaky://{tmp_path}", task_id="wait", deferrable=True, soft_fail=True, poke_interval=0.1)
+    with failing_opens(3) as left:  # the first poke's read, then the trigger's first two
+        run, states = run_dag(dag)
+    assert not left and states == {"wait": "success"}
+    assert xcom(run, "wait")["watermark_ms"] == THRESHOLD_MS
 
 
 def test_a_stream_or_pipeline_read_once_is_waited_for_while_the_store_is_briefly_gone(tmp_path: Path) -> None:
