@@ -38,9 +38,11 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
 
     Modes: ``poke`` and ``reschedule`` poll from the worker; ``deferrable=True`` (default from
     ``[operators] default_deferrable``) hands the waiting to :class:`PartitionWatermarkTrigger` in the
-    triggerer and honours ``timeout`` and ``soft_fail`` there too. The sensor returns (XCom) ``{"pipeline",
-    "start_ms", "end_ms", "work_units": <how many were checked>, "run_id", "committed_at"}`` of the state
-    document it saw complete.
+    triggerer and honours ``timeout`` and ``soft_fail`` there too. A read that fails for a transient reason (a
+    network blip, an unmounted store) is "not yet" with a warning, in every mode; a damaged document fails the
+    task naming its path (:class:`~airflow_provider_wm.sensors.base.DeferrableStoreSensor`). The sensor
+    returns (XCom) ``{"pipeline", "start_ms", "end_ms", "work_units": <how many were checked>, "run_id",
+    "committed_at"}`` of the state document it saw complete.
 
     :param pipeline: the upstream pipeline to wait for. Templated.
     :param store_path: absolute base path or fsspec URL of the watermark store. Templated.

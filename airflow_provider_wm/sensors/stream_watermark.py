@@ -44,7 +44,9 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
 
     Modes: ``poke`` and ``reschedule`` poll from the worker; ``deferrable=True`` (default from
     ``[operators] default_deferrable``) hands the waiting to :class:`WatermarkTrigger` in the triggerer
-    and honours ``timeout`` and ``soft_fail`` there too.
+    and honours ``timeout`` and ``soft_fail`` there too. A read that fails for a transient reason (a network
+    blip, an unmounted store) is "not yet" with a warning, in every mode; a damaged record fails the task naming
+    its path (:class:`~airflow_provider_wm.sensors.base.DeferrableStoreSensor`).
 
     Result (XCom), the same for one stream or several: a :class:`~airflow_provider_wm.contracts.WatermarkReached`
     as JSON, ``{"watermark_ms", "threshold_ms", "all_idle", "idle": [inputs], "waiting": [inputs],
