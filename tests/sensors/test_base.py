@@ -163,3 +163,14 @@ def test_default_thresholds_are_the_runs_data_interval(tmp_path: Path) -> None:
     assert StreamWatermarkSensor(task_id="t", stream="orders", store_path=str(tmp_path)).poke(run).is_done  # type: ignore[arg-type]
     done = PartitionWatermarkSensor(task_id="p", pipeline="orders", store_path=str(tmp_path)).poke(run)  # type: ignore[arg-type]
     assert done.is_done and done.xcom_value["start_ms"] == iso_ms("2026-01-08")
+
+
+def test_the_trigger_of_a_sensor_whose_first_poke_read_a_record_does_not_check_its_name_again(tmp_path: Path) -> None:
+    WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS - 1))
+    write(str(tmp_path), state_document(state=ran_until("2026-01-08")))
+    with pytest.raises(TaskDeferred) as stream:
+        stream_sensor(str(tmp_path), deferrable=True).execute({})
+    with pytest.raises(TaskDeferred) as partitions:
+        partitions_sensor(str(tmp_path), deferrable=True).execute({})
+    assert stream.value.trigger.serialize()[1]["seen_inputs"] == ["orders"]
+    assert partitions.value.trigger.serialize()[1]["seen_document"] is True
