@@ -1,13 +1,81 @@
-"""What the watermark store raises: a damaged record (named by its path and what is wrong with it), and a
-stream, key or pipeline the store has never seen (named beside those it has, so a typo is obvious)."""
+"""What the watermark store raises: a damaged record (named by its path and what is wrong with it), a
+stream, key or pipeline the store has never seen (named beside those it has, so a typo is obvious), a store
+that cannot be reached right now, and a pipeline of the wrong kind for the reader.
+
+Transient or permanent: an :class:`OSError` (``ConnectionError``, ``TimeoutError``, what fsspec raises for a
+network blip, and :class:`StoreUnreachableError`) may pass by itself, so a waiting reader logs it and reads again
+(:func:`is_transient`); every other error of a read (a damaged record, an unknown name, a wrong kind) stays
+until someone fixes it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_wm.core.names import watermark_label
 
-__all__ = ["DamagedRecordError", "UnknownKeyError", "UnknownNameError", "UnknownPipelineError", "UnknownStreamError"]
+__all__ = [
+    "DamagedRecordError",
+    "PipelineKindError",
+    "StoreUnreachableError",
+    "UnknownKeyError",
+    "UnknownNameError",
+    "UnknownPipelineError",
+    "UnknownStreamError",
+    "checked_watermark",
+    "is_transient",
+]
+
+
+def checked_watermark(record: dict[str, Any], path: str) -> dict[str, Any]:
+    """``record`` (read from ``path``) when it is a watermark: ``lower_ms`` is epoch milliseconds, and so are
+    ``upper_ms``, ``computed_at_ms`` and ``published_at_ms`` when present; else :class:`DamagedRecordError` naming
+    ``path`` and the field. A reader would otherwise fail on a bare ``KeyError`` or, worse, compare a string.
+
+    >>> checked_watermark({"lower_ms": 5}, "/s/latest.json")
+    {'lower_ms': 5}
+    >>> checked_watermark({"lower_ms": "5"}, "/s/latest.json")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    DamagedRecordError: damaged record /s/latest.json: lower_ms='5' is not epoch milliseconds
+    """
+    for field in ("lower_ms", "upper_ms", "computed_at_ms", "published_at_ms"):
+        value = record.get(field)
+        if value is None and field != "lower_ms":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise DamagedRecordError(path, f"{field}={value!r} is not epoch milliseconds")
+    return record
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a read's ``error`` may pass by itself (a waiting reader reads again): an :class:`OSError`, which
+    covers ``ConnectionError``, ``TimeoutError`` and :class:`StoreUnreachableError`. A damaged record (a
+    ``ValueError``) or an unknown name (a ``LookupError``) is not.
+
+    >>> is_transient(ConnectionError("reset by peer")), is_transient(DamagedRecordError("/s/latest.json", "empty"))
+    (True, False)
+    """
+    return isinstance(error, OSError)
+
+
+class StoreUnreachableError(OSError):
+    """The store's base path is not there: an unmounted volume, a bucket briefly unreachable, or a wrong
+    ``store_path``. Transient (:func:`is_transient`): readers wait and read again until their timeout, whose
+    message then names this error, rather than calling every stream unknown."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(f"the store at {store} is unreachable: its base path does not exist (check store_path)")
+        self.store = store
+
+    def __reduce__(self) -> tuple[type[StoreUnreachableError], tuple[str]]:
+        return type(self), (self.store,)
+
+
+class PipelineKindError(ValueError):
+    """A pipeline whose state document is of another kind than the reader needs, e.g. a completeness sensor
+    pointed at a windowed pipeline: ``pipeline 'orders_15m' is a windowed pipeline: use StreamWatermarkSensor on
+    its output stream``. Waiting cannot fix it."""
 
 
 class DamagedRecordError(ValueError):

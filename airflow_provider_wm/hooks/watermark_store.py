@@ -34,7 +34,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -42,14 +42,19 @@ import fsspec
 
 from airflow_provider_wm.core.coalescing import last_advanced_ms, watermark_as_of
 from airflow_provider_wm.core.names import Input, is_valid_stream_name, watermark_label
+from airflow_provider_wm.core.partitions import PartitionSpec, PartitionState
 from airflow_provider_wm.core.reader import LoggedWatermark, TimeWindow, time_window
 from airflow_provider_wm.core.segments import Segment
 from airflow_provider_wm.hooks.store_errors import (
     DamagedRecordError,
+    PipelineKindError,
+    StoreUnreachableError,
     UnknownKeyError,
     UnknownNameError,
     UnknownPipelineError,
     UnknownStreamError,
+    checked_watermark,
+    is_transient,
 )
 from airflow_provider_wm.timeutil import format_ms
 
@@ -65,11 +70,15 @@ _RUN_NAME = re.compile(r"v(\d+)")
 
 __all__ = [
     "DamagedRecordError",
+    "PipelineKindError",
+    "StoreUnreachableError",
     "UnknownKeyError",
     "UnknownNameError",
     "UnknownPipelineError",
     "UnknownStreamError",
     "WatermarkStoreHook",
+    "checked_watermark",
+    "is_transient",
     "producer",
     "validate_name",
 ]
@@ -164,8 +173,11 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
 
     def read_latest(self, stream: str, wm_key: str | None = None) -> dict[str, Any] | None:
         """The newest watermark of ``stream`` (of its key ``wm_key`` when given; one small read), or ``None``
-        before the first one."""
-        return self._read_json(self.watermark_path(stream, wm_key, "latest.json"))
+        before the first one. A record that is not a watermark (:func:`checked_watermark`) raises
+        :class:`DamagedRecordError` naming its path."""
+        path = self.watermark_path(stream, wm_key, "latest.json")
+        latest = self._read_json(path)
+        return None if latest is None else checked_watermark(latest, path)
 
     def read_as_of(self, stream: str, at_ms: int, wm_key: str | None = None) -> dict[str, Any] | None:
         """The watermark record of ``stream`` (its key ``wm_key``) that stood at ``at_ms``
@@ -213,7 +225,7 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         return entries
 
     def read_latest_inputs(
-        self, inputs: Sequence[Input], *, fail_on_unknown: bool = False
+        self, inputs: Sequence[Input], *, fail_on_unknown: bool = False, seen: Collection[str] = ()
     ) -> dict[str, dict[str, Any] | None]:
         """The newest record of each input (``(stream, wm_key)``) by its label (``orders``, ``orders:eu``),
         ``None`` for an input without a watermark: what a stream sensor's poke and its trigger read.
@@ -222,8 +234,10 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         whose stream (or key) the store has never seen raises :class:`UnknownStreamError`
         (:class:`UnknownKeyError`); one the store knows, e.g. from a controller round that saw the stream but
         emitted no watermark yet, stays ``None``, to be waited for. The names are listed only when a record is
-        missing, so once every input has a watermark a read is one small file per input. On a remote store
-        several inputs are read concurrently.
+        missing, so once every input has a watermark a read is one small file per input. Inputs whose label is
+        in ``seen`` (a reader has read a record of them before) are never called unknown: a record missing
+        later (a store briefly unmounted or empty) is waited for. On a remote store several inputs are read
+        concurrently.
         """
         inputs = list(inputs)
         if self._local or len(inputs) < 2:
@@ -232,7 +246,11 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             with ThreadPoolExecutor(max_workers=min(len(inputs), 8)) as pool:
                 found = list(pool.map(lambda pair: self.read_latest(*pair), inputs))
         if fail_on_unknown:
-            self.require_known_inputs(pair for pair, record in zip(inputs, found, strict=True) if record is None)
+            self.require_known_inputs(
+                pair
+                for pair, record in zip(inputs, found, strict=True)
+                if record is None and watermark_label(*pair) not in seen
+            )
         return {watermark_label(stream, key): record for (stream, key), record in zip(inputs, found, strict=True)}
 
     def list_streams(self) -> list[str]:
@@ -249,6 +267,8 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
             return
         known = self.list_streams()
         unknown = [stream for stream in wanted if stream not in known]
+        if unknown and not known:
+            self.require_reachable()
         if unknown:
             raise UnknownStreamError(unknown, known, self.base_path)
 
@@ -282,7 +302,17 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         of the store's pipelines)."""
         known = self.list_pipelines()
         if validate_name(pipeline, "pipeline") not in known:
+            if not known:
+                self.require_reachable()
             raise UnknownPipelineError([pipeline], known, self.base_path)
+
+    def require_reachable(self) -> None:
+        """Raise :class:`StoreUnreachableError` (transient) when the store's base path does not exist: a store
+        that is unmounted or briefly unreachable lists no names, and none of them is unknown for that."""
+        if not self._local:
+            self.fs.invalidate_cache(self.root)
+        if not self.fs.exists(self.root):
+            raise StoreUnreachableError(self.base_path)
 
     def _list_names(self, directory: str) -> list[str]:
         """The valid names in ``directory``, sorted; none when it does not exist. One listing, no entry opened
@@ -344,6 +374,32 @@ class WatermarkStoreHook(BaseHook):  # type: ignore[misc]
         document = self._read_json(self.pipeline_state_path(pipeline))
         if document is None and fail_on_unknown:
             self.require_known_pipeline(pipeline)
+        return document
+
+    def read_partitions_state(self, pipeline: str, *, fail_on_unknown: bool = False) -> dict[str, Any] | None:
+        """:meth:`read_pipeline_state` of an incremental-partitions pipeline, checked: a windowed pipeline's
+        document raises :class:`PipelineKindError` (what a completeness sensor pointed at it should say), one
+        whose ``spec``, ``state`` or ``units`` cannot be read raises :class:`DamagedRecordError` naming its
+        path."""
+        document = self.read_pipeline_state(pipeline, fail_on_unknown=fail_on_unknown)
+        if document is None:
+            return None
+        if document.get("kind") == "windowed":
+            raise PipelineKindError(
+                f"pipeline {pipeline!r} is a windowed pipeline, not an incremental-partitions one: wait for it with "
+                "StreamWatermarkSensor on its output stream"
+            )
+        path = self.pipeline_state_path(pipeline)
+        if "spec" not in document:
+            raise DamagedRecordError(path, "no spec: not the state of an incremental-partitions pipeline")
+        try:
+            PartitionSpec.from_json(document["spec"])
+            PartitionState.from_json(document.get("state"))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise DamagedRecordError(path, f"spec or state cannot be read ({type(error).__name__}: {error})") from None
+        units = document.get("units")
+        if units is not None and not isinstance(units, list):
+            raise DamagedRecordError(path, f"units={units!r} is not a list")
         return document
 
     def read_json_url(self, url: str) -> dict[str, Any] | None:

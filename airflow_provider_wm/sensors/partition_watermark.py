@@ -11,7 +11,13 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_wm.arguments import require_bool, storage_options_argument, store_path_argument
 from airflow_provider_wm.core.partitions import FIRST_PENDING, check_completeness
-from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook, validate_name
+from airflow_provider_wm.hooks.watermark_store import (
+    PipelineKindError,
+    UnknownPipelineError,
+    WatermarkStoreHook,
+    is_transient,
+    validate_name,
+)
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
@@ -32,23 +38,31 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
 
     Modes: ``poke`` and ``reschedule`` poll from the worker; ``deferrable=True`` (default from
     ``[operators] default_deferrable``) hands the waiting to :class:`PartitionWatermarkTrigger` in the
-    triggerer and honours ``timeout`` and ``soft_fail`` there too. The sensor returns (XCom) ``{"pipeline",
-    "start_ms", "end_ms", "work_units": <how many were checked>, "run_id", "committed_at"}`` of the state
-    document it saw complete.
+    triggerer and honours ``timeout`` and ``soft_fail`` there too. A read that fails for a transient reason (a
+    network blip, an unmounted store) is "not yet" with a warning, in every mode; a damaged document fails the
+    task naming its path (:class:`~airflow_provider_wm.sensors.base.DeferrableStoreSensor`). The sensor
+    returns (XCom) ``{"pipeline", "start_ms", "end_ms", "work_units": <how many were checked>, "run_id",
+    "committed_at"}`` of the state document it saw complete.
 
     :param pipeline: the upstream pipeline to wait for. Templated.
     :param store_path: absolute base path or fsspec URL of the watermark store. Templated.
-    :param start: start of the range (ISO-8601 time, datetime or epoch ms); default the run's
+    :param start: start of the range (ISO-8601 time, datetime or epoch ms); default (``None``) the run's
         ``data_interval_start``. Templated.
-    :param end: end of the range, exclusive; default the run's ``data_interval_end``. Templated.
+    :param end: end of the range, exclusive; default (``None``) the run's ``data_interval_end``. Templated. A
+        run without a data interval (asset-triggered, or manual without a logical date) has no default: the
+        sensor fails saying to pass ``start`` and ``end``.
     :param fail_on_unknown_pipeline: what to do when the pipeline has no state document. The store tells a
         pipeline it knows (a run of it wrote its request, before its Spark job started) from one it has never
         seen; with ``True`` (default) a pipeline the store has never seen fails the task at once with
         :class:`~airflow.sdk.exceptions.AirflowFailException` (no retries: waiting or retrying cannot fix a
-        misspelt name or store path), naming what the store has: ``pipeline='ordrs_daily': unknown pipeline
+        misspelt name), naming what the store has: ``pipeline='ordrs_daily': unknown pipeline
         'ordrs_daily': the store at /data/store has orders_5m, orders_daily``. This happens at the first poke,
         in poke, reschedule and deferrable mode alike (the trigger ends with an ``unknown_pipeline`` event);
-        ``soft_fail`` turns it into a skip. A known pipeline before its first commit is waited for as usual.
+        ``soft_fail`` turns it into a skip. A known pipeline before its first commit is waited for as usual, and so
+        is a document missing after the sensor has read one, or a store whose base path does not exist
+        (unmounted, unreachable, or a wrong ``store_path``): like any transient failure of a read. A windowed
+        pipeline (its document is of another kind) fails the same way, saying to use
+        :class:`~airflow_provider_wm.sensors.stream_watermark.StreamWatermarkSensor` on its output stream.
         ``False`` waits for an unknown pipeline too, until the timeout: for a sensor that may run before the
         pipeline's first run starts, typically one waiting on another DAG in a new deployment. A sensor
         downstream of its pipeline's operator in the same DAG (the usual layout) never sees that race.
@@ -64,8 +78,8 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         *,
         pipeline: str,
         store_path: str,
-        start: str | int | dt.datetime = "{{ data_interval_start }}",
-        end: str | int | dt.datetime = "{{ data_interval_end }}",
+        start: str | int | dt.datetime | None = None,
+        end: str | int | dt.datetime | None = None,
         fail_on_unknown_pipeline: bool = True,
         storage_options: dict[str, Any] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -75,8 +89,8 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         if not is_templated(pipeline):
             validate_name(pipeline, "pipeline")
         store_path_argument(store_path)
-        start_ms = None if is_templated(start) else to_epoch_ms(start, "start")
-        end_ms = None if is_templated(end) else to_epoch_ms(end, "end")
+        start_ms = None if start is None or is_templated(start) else to_epoch_ms(start, "start")
+        end_ms = None if end is None or is_templated(end) else to_epoch_ms(end, "end")
         if start_ms is not None and end_ms is not None:
             _check_range(start, end, start_ms, end_ms)
         require_bool(fail_on_unknown_pipeline=fail_on_unknown_pipeline, deferrable=deferrable)
@@ -87,20 +101,35 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         self.end = end
         self.storage_options = storage_options_argument(storage_options)
         self.deferrable = deferrable
+        self._seen_document = False
 
-    def _range_ms(self) -> tuple[int, int]:
-        start_ms, end_ms = to_epoch_ms(self.start, "start"), to_epoch_ms(self.end, "end")
-        _check_range(self.start, self.end, start_ms, end_ms)
+    def _range_ms(self, context: Context) -> tuple[int, int]:
+        start = self.start
+        if start is None:
+            start = self.interval_bound(context, "data_interval_start", "start= and end=")
+        end = self.end
+        if end is None:
+            end = self.interval_bound(context, "data_interval_end", "start= and end=")
+        start_ms, end_ms = to_epoch_ms(start, "start"), to_epoch_ms(end, "end")
+        _check_range(start, end, start_ms, end_ms)
         return start_ms, end_ms
 
     def poke(self, context: Context) -> PokeReturnValue:
         pipeline = validate_name(self.pipeline, "pipeline")
-        start_ms, end_ms = self._range_ms()
+        start_ms, end_ms = self._range_ms(context)
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
         try:
-            document = store.read_pipeline_state(pipeline, fail_on_unknown=self.fail_on_unknown_pipeline)
-        except UnknownPipelineError as unknown:
-            raise AirflowFailException(f"{self._argument()}: {unknown}") from unknown
+            document = store.read_partitions_state(
+                pipeline, fail_on_unknown=self.fail_on_unknown_pipeline and not self._seen_document
+            )
+        except (UnknownPipelineError, PipelineKindError) as wrong:
+            raise AirflowFailException(f"{self._argument()}: {wrong}") from wrong
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            self.store_unavailable(error)
+            return PokeReturnValue(is_done=False)
+        self._seen_document = self._seen_document or document is not None
         result = check_completeness(document, start_ms, end_ms)
         window = f"[{format_ms(start_ms)}, {format_ms(end_ms)})"
         if document is None or result.work_units is None:
@@ -155,7 +184,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             )
 
     def trigger(self, context: Context, timeout_at_ms: int) -> PartitionWatermarkTrigger:
-        start_ms, end_ms = self._range_ms()
+        start_ms, end_ms = self._range_ms(context)
         return PartitionWatermarkTrigger(
             store_path=self.store_path,
             pipeline=validate_name(self.pipeline, "pipeline"),
@@ -165,6 +194,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             timeout_at_ms=timeout_at_ms,
             storage_options=self.storage_options,
             unknown_pipeline_argument=self._argument() if self.fail_on_unknown_pipeline else None,
+            seen_document=self._seen_document,
         )
 
     def watermarks_page_query(self) -> dict[str, str]:
@@ -174,6 +204,8 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "unknown_pipeline":
             self.failed(event["message"])
+        if event.get("status") == "error":
+            self.store_error(event)
         if event.get("status") == "success":
             result = {key: value for key, value in event.items() if key != "status"}
             self.log.info(
@@ -196,7 +228,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
             what = f"has {pending} work units pending (first: {first}{' ...' if pending > len(shown) else ''})"
         message = (
             f"Pipeline {event.get('pipeline')} {what} in [{format_ms(event.get('start_ms'))}, "
-            f"{format_ms(event.get('end_ms'))}) after the timeout of {self.timeout}s"
+            f"{format_ms(event.get('end_ms'))}) after the timeout of {self.timeout}s{self.last_error_note(event)}"
         )
         self.timed_out(message)
 

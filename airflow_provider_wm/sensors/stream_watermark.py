@@ -14,7 +14,7 @@ from airflow_provider_wm.arguments import require_bool, storage_options_argument
 from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs
-from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook, validate_name
+from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook, is_transient, validate_name
 from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.sensors.base import DeferrableStoreSensor
 from airflow_provider_wm.timeutil import duration_ms, format_ms, is_templated, to_epoch_ms
@@ -44,7 +44,9 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
 
     Modes: ``poke`` and ``reschedule`` poll from the worker; ``deferrable=True`` (default from
     ``[operators] default_deferrable``) hands the waiting to :class:`WatermarkTrigger` in the triggerer
-    and honours ``timeout`` and ``soft_fail`` there too.
+    and honours ``timeout`` and ``soft_fail`` there too. A read that fails for a transient reason (a network
+    blip, an unmounted store) is "not yet" with a warning, in every mode; a damaged record fails the task naming
+    its path (:class:`~airflow_provider_wm.sensors.base.DeferrableStoreSensor`).
 
     Result (XCom), the same for one stream or several: a :class:`~airflow_provider_wm.contracts.WatermarkReached`
     as JSON, ``{"watermark_ms", "threshold_ms", "all_idle", "idle": [inputs], "waiting": [inputs],
@@ -55,8 +57,9 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     :param streams: the streams to wait for, each ``"name"`` or ``"name:key"`` (``key``: the ``wm_key`` of
         a keyed watermark of the stream). Templated.
     :param store_path: absolute base path or fsspec URL of the watermark store. Templated.
-    :param threshold: ISO-8601 time, datetime or epoch ms; default the run's ``data_interval_end``.
-        Templated.
+    :param threshold: ISO-8601 time, datetime or epoch ms; default (``None``) the run's ``data_interval_end``.
+        Templated. A run without a data interval (asset-triggered, or manual without a logical date) has no
+        default: the sensor fails saying to pass ``threshold``.
     :param idle_timeout: how long a stream's watermark may stay put before the stream is idle: a
         ``timedelta``, seconds or ISO-8601 (``PT30M``). Default: no stream is ever idle.
     :param when_all_idle: ``"wait"`` (default) or ``"highest"``, see above.
@@ -64,10 +67,13 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         knows (a controller round reported it, or a watermark of it was published) from one it has never seen;
         with ``True`` (default) a stream, or a ``wm_key`` of a stream, that the store has never seen fails the
         task at once with :class:`~airflow.sdk.exceptions.AirflowFailException` (no retries: waiting or
-        retrying cannot fix a misspelt name or store path), naming the argument and what the store has:
+        retrying cannot fix a misspelt name), naming the argument and what the store has:
         ``stream='clikcs': unknown stream 'clikcs': the store at /data/store has clicks, refunds``. This
         happens at the first poke, in poke, reschedule and deferrable mode alike (the trigger ends with an
-        ``unknown_stream`` event); ``soft_fail`` turns it into a skip. A stream that is known but has no
+        ``unknown_stream`` event); ``soft_fail`` turns it into a skip. Only inputs without a record so far are
+        checked: once the sensor (or its trigger) has read a stream's watermark, a record missing later is
+        waited for. A store whose base path does not exist (unmounted, unreachable, or a wrong ``store_path``)
+        is not "unknown": it is waited for like any transient failure of a read. A stream that is known but has no
         watermark yet is waited for as usual. ``False`` waits for unknown streams too, until the timeout: for
         a sensor that may run before the stream exists, i.e. before the first round of the controller that
         reports it or, for a derived stream, before the upstream pipeline's first watermark (a derived
@@ -87,7 +93,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         stream: str | None = None,
         streams: Sequence[str] | None = None,
         store_path: str,
-        threshold: str | int | dt.datetime = "{{ data_interval_end }}",
+        threshold: str | int | dt.datetime | None = None,
         idle_timeout: dt.timedelta | float | str | None = None,
         when_all_idle: AllIdlePolicy = "wait",
         fail_on_unknown_stream: bool = True,
@@ -107,7 +113,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             parse_inputs(streams, "streams", skip=[entry for entry in streams if is_templated(entry)])
             streams = list(streams)
         store_path_argument(store_path)
-        if not is_templated(threshold):
+        if threshold is not None and not is_templated(threshold):
             to_epoch_ms(threshold, "threshold")
         self.idle_timeout_ms = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")
         if self.idle_timeout_ms == 0:
@@ -122,8 +128,11 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         self.fail_on_unknown_stream = fail_on_unknown_stream
         self.storage_options = storage_options_argument(storage_options)
         self.deferrable = deferrable
+        self._seen_inputs: set[str] = set()
 
-    def _threshold_ms(self) -> int:
+    def _threshold_ms(self, context: Context) -> int:
+        if self.threshold is None:
+            return to_epoch_ms(self.interval_bound(context, "data_interval_end", "threshold="), "threshold")
         return to_epoch_ms(self.threshold, "threshold")
 
     def _inputs(self) -> list[Input]:
@@ -137,10 +146,12 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
 
     def _check(self, inputs: list[Input], threshold_ms: int) -> WatermarkReached:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
+        seen = self._seen_inputs  # read before: never called unknown again (a store briefly empty)
         try:
-            records = store.read_latest_inputs(inputs, fail_on_unknown=self.fail_on_unknown_stream)
+            records = store.read_latest_inputs(inputs, fail_on_unknown=self.fail_on_unknown_stream, seen=seen)
         except UnknownNameError as unknown:
             raise AirflowFailException(f"{self._argument()}: {unknown}") from unknown
+        seen.update(label for label, record in records.items() if record is not None)
         check = check_watermarks(
             records,
             threshold_ms,
@@ -157,14 +168,20 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
 
     def poke(self, context: Context) -> PokeReturnValue:
         inputs = self._inputs()
-        threshold_ms = self._threshold_ms()
-        reached = self._check(inputs, threshold_ms)
+        threshold_ms = self._threshold_ms(context)
+        try:
+            reached = self._check(inputs, threshold_ms)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            self.store_unavailable(error)
+            return PokeReturnValue(is_done=False)
         payload = reached.to_json()
         self.log.info("Streams %s: %s", ", ".join(reached.streams), describe_reached(payload, self.when_all_idle))
         return PokeReturnValue(is_done=reached.passed, xcom_value=payload if reached.passed else None)
 
     def trigger(self, context: Context, timeout_at_ms: int) -> WatermarkTrigger:
-        threshold_ms = self._threshold_ms()
+        threshold_ms = self._threshold_ms(context)
         if self.stream is not None:
             where: dict[str, Any] = {"stream": validate_name(self.stream, "stream")}
         else:
@@ -180,11 +197,14 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             reference_ms=threshold_ms,
             when_all_idle=self.when_all_idle,
             unknown_stream_argument=self._argument() if self.fail_on_unknown_stream else None,
+            seen_inputs=sorted(self._seen_inputs),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         if event.get("status") == "unknown_stream":
             self.failed(event["message"])
+        if event.get("status") == "error":
+            self.store_error(event)
         if event.get("status") == "success":
             result = WatermarkReached.from_json(event["watermark"]).to_json()
             self.log.info(
@@ -197,7 +217,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
             message = (
                 f"Streams {', '.join(event['streams'])}: the watermark did not reach "
                 f"{format_ms(event.get('threshold_ms'))} within the timeout of {self.timeout}s: "
-                f"{describe_reached(event, event.get('when_all_idle'))}"
+                f"{describe_reached(event, event.get('when_all_idle'))}{self.last_error_note(event)}"
             )
         else:  # an event of a trigger serialised by an older version
             message = (

@@ -4,15 +4,15 @@ every work unit of a time range."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_wm.core.partitions import check_completeness
-from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import UnknownPipelineError, WatermarkStoreHook, is_transient
 from airflow_provider_wm.timeutil import format_ms
+from airflow_provider_wm.triggers.polling import error_event, poll_delay, seconds_left, transient_warning
 
 __all__ = ["PartitionWatermarkTrigger"]
 
@@ -35,7 +35,15 @@ class PartitionWatermarkTrigger(BaseTrigger):
     ``{"status": "unknown_pipeline", "message": "<argument>: unknown pipeline ...: the store at <path> has
     <names>"}``; the store hook decides (:meth:`WatermarkStoreHook.read_pipeline_state` with
     ``fail_on_unknown``), the trigger only reports. ``None`` (the default, and what triggers serialised by
-    older versions load with) waits for it.
+    older versions load with) waits for it. The check is made only until the trigger has read a document
+    (``seen_document``): a pipeline it has read is never called unknown later, when the store is briefly empty.
+
+    The document is read with :meth:`WatermarkStoreHook.read_partitions_state`: a transient failure (an
+    :class:`OSError`, e.g. a network blip or a store whose base path is gone) is logged as a warning and read
+    again at the next poll, and the timeout event names the last one (``last_error``); any other failure (a
+    damaged document, a windowed pipeline's document) ends the wait with ``{"status": "error", "message",
+    "no_retry"}``, which the sensor fails on. The last poll is at the deadline, so the trigger's timeout event
+    comes before Airflow's deferral timeout.
 
     Times in its log lines and in ``first_pending`` are ISO-8601 UTC
     (:func:`airflow_provider_wm.timeutil.format_ms`).
@@ -53,6 +61,8 @@ class PartitionWatermarkTrigger(BaseTrigger):
         storage_options: dict[str, Any] | None = None,
         last_pending: int | None = None,
         unknown_pipeline_argument: str | None = None,
+        seen_document: bool = False,
+        last_error: str | None = None,
     ) -> None:
         super().__init__()
         self.store_path = store_path
@@ -64,6 +74,8 @@ class PartitionWatermarkTrigger(BaseTrigger):
         self.storage_options = dict(storage_options or {})
         self.last_pending = last_pending
         self.unknown_pipeline_argument = unknown_pipeline_argument
+        self.seen_document = bool(seen_document)
+        self.last_error = last_error
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -78,20 +90,33 @@ class PartitionWatermarkTrigger(BaseTrigger):
                 "storage_options": self.storage_options,
                 "last_pending": self.last_pending,
                 "unknown_pipeline_argument": self.unknown_pipeline_argument,
+                "seen_document": self.seen_document,
+                "last_error": self.last_error,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
+        what = f"Pipeline {self.pipeline}"
+        document: dict[str, Any] | None = None
         while True:
             try:
                 document = await asyncio.to_thread(
-                    store.read_pipeline_state, self.pipeline, fail_on_unknown=self.unknown_pipeline_argument is not None
+                    store.read_partitions_state,
+                    self.pipeline,
+                    fail_on_unknown=self.unknown_pipeline_argument is not None and not self.seen_document,
                 )
+                self.last_error = None
+                self.seen_document = self.seen_document or document is not None
             except UnknownPipelineError as unknown:
                 message = f"{self.unknown_pipeline_argument}: {unknown}"
                 yield TriggerEvent({"status": "unknown_pipeline", "message": message})
                 return
+            except Exception as error:
+                if not is_transient(error):
+                    yield error_event(what, self.store_path, error)
+                    return
+                self.last_error = transient_warning(self.log, what, self.store_path, error)
             result = check_completeness(document, self.start_ms, self.end_ms)
             self.last_pending = None if result.work_units is None else len(result.pending)
             if document is not None and result.complete:
@@ -107,7 +132,8 @@ class PartitionWatermarkTrigger(BaseTrigger):
                     }
                 )
                 return
-            if self.timeout_at_ms is not None and time.time() * 1000 >= self.timeout_at_ms:
+            left = seconds_left(self.timeout_at_ms)
+            if left is not None and left <= 0:
                 yield TriggerEvent(
                     {
                         "status": "timeout",
@@ -116,15 +142,17 @@ class PartitionWatermarkTrigger(BaseTrigger):
                         "end_ms": self.end_ms,
                         "pending": self.last_pending,
                         "first_pending": [list(pending) for pending in result.first_pending()],
+                        "last_error": self.last_error,
                     }
                 )
                 return
+            delay = poll_delay(self.poll_interval, left)
             self.log.info(
                 "Pipeline %s: %s work units pending in [%s, %s); next poll in %ss",
                 self.pipeline,
                 "all (no state document)" if self.last_pending is None else self.last_pending,
                 format_ms(self.start_ms),
                 format_ms(self.end_ms),
-                self.poll_interval,
+                round(delay, 3),
             )
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(delay)

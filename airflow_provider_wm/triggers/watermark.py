@@ -8,7 +8,6 @@ The rule the sensor's ``poke`` and the trigger both apply to what they read is
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,7 +17,8 @@ from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core import names
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import watermark_label
-from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook, is_transient
+from airflow_provider_wm.triggers.polling import error_event, poll_delay, seconds_left, transient_warning
 
 __all__ = ["WatermarkTrigger"]
 
@@ -48,7 +48,16 @@ class WatermarkTrigger(BaseTrigger):
     ``{"status": "unknown_stream", "message": "<argument>: unknown stream ...: the store at <path> has
     <names>"}``; the store hook decides (:meth:`WatermarkStoreHook.read_latest_inputs` with
     ``fail_on_unknown``), the trigger only reports. ``None`` (the default, and what triggers serialised by
-    older versions load with) waits for it.
+    older versions load with) waits for it. The check is made only for inputs of which it has not read a
+    record yet (``seen_inputs``, labels): a stream the trigger has read is never called unknown later, when the
+    store is briefly empty or unmounted.
+
+    A read that fails for a transient reason (an :class:`OSError`: a network blip, a timeout, a store whose base
+    path is gone; :func:`~airflow_provider_wm.hooks.watermark_store.is_transient`) is logged as a warning and
+    read again at the next poll; the timeout event then names the last such failure (``last_error``). Any other
+    failure (a damaged record) ends the wait with ``{"status": "error", "message", "no_retry"}``, which the
+    sensor fails on. The last poll is at the deadline (the trigger never sleeps past it), so the trigger's
+    timeout event comes before Airflow's deferral timeout.
 
     Every time in its log lines is ISO-8601 UTC (:func:`airflow_provider_wm.core.times.format_ms`); its events
     carry epoch milliseconds, which the sensor formats the same way.
@@ -70,6 +79,8 @@ class WatermarkTrigger(BaseTrigger):
         when_all_idle: AllIdlePolicy = "wait",
         last_seen_inputs: dict[str, Any] | None = None,
         unknown_stream_argument: str | None = None,
+        seen_inputs: Sequence[str] | None = None,
+        last_error: str | None = None,
     ) -> None:
         super().__init__()
         if (stream is None) == (inputs is None):
@@ -91,6 +102,8 @@ class WatermarkTrigger(BaseTrigger):
         self.when_all_idle = check_policy(when_all_idle)
         self.last_seen_inputs = last_seen_inputs
         self.unknown_stream_argument = unknown_stream_argument
+        self.seen_inputs = sorted(seen_inputs or [])
+        self.last_error = last_error
 
     def input_list(self) -> list[names.Input]:
         if self.stream is not None:
@@ -114,6 +127,8 @@ class WatermarkTrigger(BaseTrigger):
                 "when_all_idle": self.when_all_idle,
                 "last_seen_inputs": self.last_seen_inputs,
                 "unknown_stream_argument": self.unknown_stream_argument,
+                "seen_inputs": self.seen_inputs,
+                "last_error": self.last_error,
             },
         )
 
@@ -121,15 +136,28 @@ class WatermarkTrigger(BaseTrigger):
         store = WatermarkStoreHook(self.store_path, storage_options=self.storage_options)
         inputs = self.input_list()
         labels = [watermark_label(stream, key) for stream, key in inputs]
+        # what the timeout event reports when no read has succeeded yet: every input without a watermark
+        records: dict[str, dict[str, Any] | None] = {label: None for label in labels}
         while True:
             try:
                 records = await asyncio.to_thread(
-                    store.read_latest_inputs, inputs, fail_on_unknown=self.unknown_stream_argument is not None
+                    store.read_latest_inputs,
+                    inputs,
+                    fail_on_unknown=self.unknown_stream_argument is not None,
+                    seen=self.seen_inputs,
                 )
+                self.last_error = None
             except UnknownNameError as unknown:
                 message = f"{self.unknown_stream_argument}: {unknown}"
                 yield TriggerEvent({"status": "unknown_stream", "message": message})
                 return
+            except Exception as error:
+                if not is_transient(error):
+                    yield error_event(f"Streams {', '.join(labels)}", self.store_path, error)
+                    return
+                self.last_error = transient_warning(self.log, f"Streams {', '.join(labels)}", self.store_path, error)
+            else:
+                self.seen_inputs = sorted(set(self.seen_inputs) | {k for k, r in records.items() if r is not None})
             check = check_watermarks(
                 records,
                 self.threshold_ms,
@@ -150,20 +178,22 @@ class WatermarkTrigger(BaseTrigger):
                     }
                 )
                 return
-            if self.timeout_at_ms is not None and time.time() * 1000 >= self.timeout_at_ms:
+            left = seconds_left(self.timeout_at_ms)
+            if left is not None and left <= 0:
                 event: dict[str, Any] = {
                     "status": "timeout",
                     "stream": self.stream,
                     "threshold_ms": self.threshold_ms,
                     "last_seen_lower_ms": self.last_seen_lower_ms,
                 }
-                event.update(payload, when_all_idle=self.when_all_idle)
+                event.update(payload, when_all_idle=self.when_all_idle, last_error=self.last_error)
                 yield TriggerEvent(event)
                 return
+            delay = poll_delay(self.poll_interval, left)
             self.log.info(
                 "Streams %s: %s; next poll in %ss",
                 ", ".join(labels),
                 describe_reached(payload, self.when_all_idle),
-                self.poll_interval,
+                round(delay, 3),
             )
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(delay)

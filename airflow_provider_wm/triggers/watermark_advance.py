@@ -33,13 +33,14 @@ from airflow_provider_wm.core.boundaries import (
 )
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs, watermark_label
-from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook
+from airflow_provider_wm.hooks.watermark_store import UnknownNameError, WatermarkStoreHook, is_transient
 from airflow_provider_wm.timeutil import duration_ms, format_ms, to_epoch_ms
 
 __all__ = ["CURSOR_KEY_PREFIX", "WatermarkAdvanceTrigger"]
 
 CURSOR_KEY_PREFIX = "wm_advance_cursor"
-"""Asset state store keys of the cursors: ``wm_advance_cursor/<label>[,<label>...]/<every_ms>``."""
+"""Asset state store keys of the cursors: ``wm_advance_cursor/<label>[,<label>...]/<every_ms>``, the labels
+sorted."""
 
 
 def every_ms_of(every: Any) -> int:
@@ -185,7 +186,15 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
 
     @property
     def cursor_key(self) -> str:
-        """``wm_advance_cursor/orders/3600000``: one cursor per inputs and grid on the watched asset."""
+        """``wm_advance_cursor/orders,payments/3600000``: one cursor per set of inputs and grid on the watched
+        asset. The labels are sorted: ``streams=["payments", "orders"]`` watches what ``["orders", "payments"]``
+        does and keeps its cursor when the list is reordered."""
+        return f"{CURSOR_KEY_PREFIX}/{','.join(sorted(self.labels))}/{self.every_ms}"
+
+    @property
+    def legacy_cursor_key(self) -> str:
+        """The key of versions that kept the labels in the order of ``streams=``: read when :attr:`cursor_key`
+        holds no cursor, so a cursor stored before the upgrade is not lost."""
         return f"{CURSOR_KEY_PREFIX}/{','.join(self.labels)}/{self.every_ms}"
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -223,6 +232,8 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
     async def _stored_cursor(self) -> dict[str, Any] | None:
         try:
             stored = await self._state_store().aget(self.cursor_key)
+            if stored is None and self.legacy_cursor_key != self.cursor_key:
+                stored = await self._state_store().aget(self.legacy_cursor_key)
         except ValueError as several:  # one trigger (equal kwargs) shared by the watchers of several assets
             raise RuntimeError(
                 f"{self!r} watches several assets ({self._state_store()!r}) and keeps one cursor: give each asset "
@@ -283,6 +294,18 @@ class WatermarkAdvanceTrigger(BaseEventTrigger):
                 records = await asyncio.to_thread(store.read_latest_inputs, self.inputs, fail_on_unknown=True)
             except UnknownNameError as unknown:  # a watcher outlives typos and new deployments: say so, keep waiting
                 self.log.warning("%s: %s; waiting", self.argument, unknown)
+                records = None
+            except Exception as error:  # a network blip or an unmounted store passes: say so, keep waiting
+                if not is_transient(error):
+                    raise
+                self.log.warning(
+                    "%s: reading the store at %s failed (%s: %s); reading again in %ss",
+                    self.argument,
+                    self.store_path,
+                    type(error).__name__,
+                    error,
+                    self.poll_interval,
+                )
                 records = None
             if records is not None and cursor is None:
                 watermark_ms = check_watermarks(

@@ -11,6 +11,7 @@ from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
 
 from airflow_provider_wm.core.partitions import PartitionSpec, UnitResult, UnitStatus, iso_ms
+from airflow_provider_wm.sensors.base import DEFERRAL_MARGIN
 from airflow_provider_wm.sensors.partition_watermark import PartitionWatermarkSensor
 from airflow_provider_wm.triggers.partitions import PartitionWatermarkTrigger
 from tests.airflow_helpers import fresh_dag, run_dag, xcom
@@ -50,10 +51,10 @@ def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs: dict[str, 
 
 def test_templated_arguments_are_checked_when_rendered() -> None:
     sensor = PartitionWatermarkSensor(task_id="t", pipeline="{{ params.p }}", store_path="/x", start="{{ ds }}")
-    assert (sensor.start, sensor.end) == ("{{ ds }}", "{{ data_interval_end }}")
+    assert (sensor.start, sensor.end) == ("{{ ds }}", None)  # None: the run's data_interval_end
     sensor.start, sensor.end = "2026-01-02", "2026-01-01"  # as if rendered so
     with pytest.raises(ValueError, match="start='2026-01-02' must be before end='2026-01-01'"):
-        sensor._range_ms()
+        sensor._range_ms({})
 
 
 def sensor(store: str, start: str, end: str, **kwargs: Any) -> PartitionWatermarkSensor:
@@ -118,7 +119,8 @@ def test_deferrable_execute_hands_waiting_to_the_trigger_with_the_range_and_time
         iso_ms("2026-01-01"),
         iso_ms("2026-01-10"),
     )
-    assert deferred.value.timeout.total_seconds() == 60
+    # Airflow's deferral timeout leaves the trigger's own deadline a poll and a margin to report first
+    assert deferred.value.timeout.total_seconds() == 60 + waiting.poke_interval + DEFERRAL_MARGIN
     assert trigger.timeout_at_ms is not None and 0 < trigger.timeout_at_ms - time.time() * 1000 <= 60_000
     assert trigger.serialize()[1]["unknown_pipeline_argument"] == "pipeline='orders'"
 

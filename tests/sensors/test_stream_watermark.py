@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
 from airflow_provider_wm.contracts import InputWatermark, WatermarkReached
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
+from airflow_provider_wm.sensors.base import DEFERRAL_MARGIN
 from airflow_provider_wm.sensors.stream_watermark import StreamWatermarkSensor
 from airflow_provider_wm.triggers.watermark import WatermarkTrigger
 from tests.airflow_helpers import fresh_dag, run_dag, xcom
@@ -83,7 +84,8 @@ def test_deferrable_execute_hands_waiting_to_the_trigger_with_the_timeout(tmp_pa
         sensor.execute({})
     trigger = deferred.value.trigger
     assert isinstance(trigger, WatermarkTrigger) and trigger.threshold_ms == THRESHOLD_MS
-    assert deferred.value.timeout.total_seconds() == 60
+    # Airflow's deferral timeout leaves the trigger's own deadline a poll and a margin to report first
+    assert deferred.value.timeout.total_seconds() == 60 + sensor.poke_interval + DEFERRAL_MARGIN
     assert 0 < trigger.timeout_at_ms - time.time() * 1000 <= 60_000
 
 
@@ -468,13 +470,14 @@ def test_a_stream_the_store_has_never_seen_fails_the_poke_at_once_naming_the_kno
 
 
 def test_several_streams_name_every_unknown_one_and_an_empty_store_says_so(tmp_path):
+    (tmp_path / "empty").mkdir()
     sensor = StreamWatermarkSensor(
-        task_id="t", streams=["orders:eu", "payments"], store_path=str(tmp_path / "wrong"), threshold=THRESHOLD_MS
+        task_id="t", streams=["orders:eu", "payments"], store_path=str(tmp_path / "empty"), threshold=THRESHOLD_MS
     )
     with pytest.raises(
         AirflowFailException,
         match=r"streams=\['orders:eu', 'payments'\]: unknown streams 'orders', "
-        r"'payments': the store at .*/wrong has no streams yet",
+        r"'payments': the store at .*/empty has no streams yet",
     ):
         sensor.poke({})
 

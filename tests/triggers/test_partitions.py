@@ -70,6 +70,15 @@ ALL_TRIGGERS = [
     PartitionWatermarkTrigger(
         store_path="/tmp/x", pipeline="orders", start_ms=1, end_ms=5, unknown_pipeline_argument="pipeline='orders'"
     ),
+    PartitionWatermarkTrigger(
+        store_path="/tmp/x",
+        pipeline="orders",
+        start_ms=1,
+        end_ms=5,
+        unknown_pipeline_argument="pipeline='orders'",
+        seen_document=True,
+        last_error="ConnectionError: reset",
+    ),
 ]
 
 
@@ -144,6 +153,7 @@ def test_fires_timeout_naming_the_first_five_pending_work_units_when_incomplete(
             ["2026-01-11T00:00:00.000Z", "2026-01-12T00:00:00.000Z", "us"],
             ["2026-01-12T00:00:00.000Z", "2026-01-13T00:00:00.000Z", "eu"],
         ],
+        "last_error": None,  # every read succeeded
     }
     assert trigger.serialize()[1]["last_pending"] == 10
 

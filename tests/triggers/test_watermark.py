@@ -37,6 +37,14 @@ ALL_TRIGGERS = [
     WatermarkTrigger(store_path="/tmp/x", stream="orders", threshold_ms=5, unknown_stream_argument="stream='orders'"),
     WatermarkTrigger(
         store_path="/tmp/x",
+        stream="orders",
+        threshold_ms=5,
+        unknown_stream_argument="stream='orders'",
+        seen_inputs=["orders"],
+        last_error="ConnectionError: reset",
+    ),
+    WatermarkTrigger(
+        store_path="/tmp/x",
         inputs=[["orders", "eu"]],
         threshold_ms=5,
         unknown_stream_argument="streams=['orders:eu']",

@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.triggers.watermark_advance import WatermarkAdvanceTrigger
+from tests.flaky_store import failing_opens
 from tests.hooks.test_watermark_store import record
 
 HOUR = 3_600_000
@@ -163,6 +164,39 @@ def test_several_streams_fire_on_their_coalesced_watermark_the_slowest(tmp_path:
 
     assert asyncio.run(scenario()) == ([T0 + HOUR], [T0 + 2 * HOUR, T0 + 3 * HOUR])
     assert "wm_advance_cursor/orders,payments/3600000" in state.values
+
+
+def test_reordering_streams_keeps_the_cursor_and_a_cursor_of_the_old_order_is_read(tmp_path: Path) -> None:
+    publish(tmp_path, T0 + 2 * HOUR, stream="orders")
+    publish(tmp_path, T0 + 2 * HOUR, stream="payments")
+    reordered = MemoryAssetState()
+    upgraded = MemoryAssetState()  # a cursor stored under the order of streams= by an older version
+    upgraded.values["wm_advance_cursor/payments,orders/3600000"] = json.dumps({"boundary_ms": T0 + HOUR})
+
+    async def fired(state: MemoryAssetState, streams: list[str], count: int) -> list[int]:
+        running = Running(watcher(tmp_path, state, stream=None, streams=streams, start_after=T0))
+        boundaries = await running.take(count)
+        await running.stop()
+        return boundaries
+
+    assert asyncio.run(fired(reordered, ["orders", "payments"], 2)) == [T0 + HOUR, T0 + 2 * HOUR]
+    assert asyncio.run(fired(reordered, ["payments", "orders"], 0)) == []  # the same cursor: nothing fires again
+    assert asyncio.run(fired(upgraded, ["payments", "orders"], 1)) == [T0 + 2 * HOUR]
+    assert json.loads(upgraded.values["wm_advance_cursor/orders,payments/3600000"])["boundary_ms"] == T0 + 2 * HOUR
+
+
+def test_a_network_blip_is_a_warning_and_the_watcher_keeps_watching(tmp_path: Path) -> None:
+    publish(tmp_path, T0 + HOUR)
+
+    async def scenario() -> list[int]:
+        with failing_opens(3) as left:
+            running = Running(watcher(tmp_path, MemoryAssetState(), store_path=f"flaky://{tmp_path}", start_after=T0))
+            boundaries = await running.take(1)
+            assert not left
+        await running.stop()
+        return boundaries
+
+    assert asyncio.run(scenario()) == [T0 + HOUR]
 
 
 def test_each_boundary_is_judged_with_the_inputs_idle_at_it_as_a_sensor_with_that_threshold_would(
