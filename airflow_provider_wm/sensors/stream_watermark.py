@@ -57,7 +57,8 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
     :param streams: the streams to wait for, each ``"name"`` or ``"name:key"`` (``key``: the ``wm_key`` of
         a keyed watermark of the stream). Templated.
     :param store_path: absolute base path or fsspec URL of the watermark store. Templated.
-    :param threshold: ISO-8601 time, datetime or epoch ms; default (``None``) the run's ``data_interval_end``.
+    :param threshold: ISO-8601 time, datetime or epoch ms; default (``None``) the run's ``data_interval_end``
+        (its ``run_after`` in a run without a data interval).
         Templated. A run without a data interval (asset-triggered, or manual without a logical date) has no
         default: the sensor fails saying to pass ``threshold``.
     :param idle_timeout: how long a stream's watermark may stay put before the stream is idle: a
@@ -131,8 +132,8 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         self._seen_inputs: set[str] = set()
 
     def _threshold_ms(self, context: Context) -> int:
-        if self.threshold is None:
-            return to_epoch_ms(self.interval_bound(context, "data_interval_end", "threshold="), "threshold")
+        if self.threshold is None:  # a run without a data interval waits for its run_after, as the operators do
+            return to_epoch_ms(context.get("data_interval_end") or context["dag_run"].run_after, "threshold")
         return to_epoch_ms(self.threshold, "threshold")
 
     def _inputs(self) -> list[Input]:

@@ -4,7 +4,9 @@ poke of a deferrable sensor, the deferral, the trigger's error event, a run with
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -143,15 +145,19 @@ def test_a_timeout_message_names_the_last_failed_read(tmp_path: Path) -> None:
 # --- a run without a data interval ---------------------------------------------------------------------------
 
 
-def test_default_thresholds_render_in_a_run_without_a_data_interval_and_say_what_to_pass(tmp_path: Path) -> None:
+def test_in_a_run_without_a_data_interval_a_stream_waits_for_run_after_and_partitions_say_what_to_pass(
+    tmp_path: Path,
+) -> None:
     WatermarkStoreHook(str(tmp_path)).publish(record(THRESHOLD_MS))
-    asset_run = {"run_id": "asset_triggered__1", "ds": None}  # no logical date, no data_interval_* keys
+    run_after = datetime.fromtimestamp(THRESHOLD_MS / 1000, tz=UTC)
+    asset_run = {"run_id": "asset_triggered__1", "ds": None, "dag_run": SimpleNamespace(run_after=run_after)}
     stream = StreamWatermarkSensor(task_id="t", stream="orders", store_path=str(tmp_path))
     partitions = PartitionWatermarkSensor(task_id="p", pipeline="orders", store_path=str(tmp_path))
     stream.render_template_fields(asset_run)  # type: ignore[arg-type]
     partitions.render_template_fields(asset_run)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"run \(asset_triggered__1\) has no data interval .* pass threshold="):
-        stream.poke(asset_run)  # type: ignore[arg-type]
+    assert stream.poke(asset_run).is_done  # type: ignore[arg-type, union-attr]
+    asset_run["dag_run"] = SimpleNamespace(run_after=run_after + timedelta(milliseconds=1))
+    assert not stream.poke(asset_run).is_done  # type: ignore[arg-type, union-attr]
     with pytest.raises(ValueError, match=r"no data interval .* pass start= and end= to the sensor"):
         partitions.poke(asset_run)  # type: ignore[arg-type]
 
