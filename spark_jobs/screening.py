@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+from pyarrow import ArrowException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, DoubleType, FloatType, IntegralType, StructField, StructType
 
@@ -90,8 +91,8 @@ class FileScreen:
         for path, data_format in list(self.read.items()):
             if path in self.screened or data_format not in SCREENED_FORMATS:
                 continue
-            kept, schema, unreadable = screen_dataset(path, data_format)
-            if unreadable:
+            kept, schema, unreadable, uniform = screen_dataset(path, data_format)
+            if unreadable or not uniform:  # files to set aside, or one widened type Spark's inference misses
                 self.screened[path] = ScreenedDataset(kept, schema)
                 self.unreadable.extend(unreadable)
                 found = True
@@ -130,15 +131,18 @@ def load(spark: SparkSession, path: str, data_format: str) -> DataFrame | None:
     return reader.load(screened.files)
 
 
-def screen_dataset(path: str, data_format: str) -> tuple[list[str], StructType | None, list[UnreadableFile]]:
-    """The files of a dataset that read together, the schema to read them with, and the others with why."""
+def screen_dataset(path: str, data_format: str) -> tuple[list[str], StructType | None, list[UnreadableFile], bool]:
+    """The files of a dataset that read together, the schema to read them with, the others with why, and
+    whether the kept files all have the schema's types (else Spark, inferring from one file, may fail on a
+    wider one: an ``int`` file first, a ``bigint`` one next)."""
     protocol = path.split("://", 1)[0] + "://" if "://" in path else ""
     fs, root = fsspec.core.url_to_fs(path)
 
     def footer(file: str) -> dict[str, DataType | str] | str:
         try:
             return _column_types(fs, file, data_format)
-        except Exception as exc:  # any footer pyarrow cannot read, Spark cannot either
+        except (ArrowException, ValueError) as exc:  # a footer pyarrow cannot parse, Spark cannot either; a
+            # failed read (a connection reset, a timeout, no credentials) is raised: the file may be good
             return f"not a readable {data_format} file ({type(exc).__name__}: {exc})"
 
     files = _data_files(fs, root)
@@ -154,6 +158,7 @@ def screen_dataset(path: str, data_format: str) -> tuple[list[str], StructType |
             types[url] = found
     reference = _reference_types(types.values())
     kept = []
+    uniform = True
     for url, columns in types.items():
         wrong = [
             f"column {name} is {_show(have)}; the dataset's is {_show(reference[name])}"
@@ -164,12 +169,13 @@ def screen_dataset(path: str, data_format: str) -> tuple[list[str], StructType |
             unreadable.append(UnreadableFile(path, url, "; ".join(wrong)))
         else:
             kept.append(url)
+            uniform = uniform and all(_show(have) == _show(reference[name]) for name, have in columns.items())
     for aside in unreadable:
         log.warning("setting aside %s: %s", aside.path, aside.reason)
     schema = None
     if all(isinstance(t, DataType) for t in reference.values()):
         schema = StructType([StructField(name, t) for name, t in reference.items() if isinstance(t, DataType)])
-    return kept, schema, unreadable
+    return kept, schema, unreadable, uniform
 
 
 def _data_files(fs: Any, root: str) -> list[str]:

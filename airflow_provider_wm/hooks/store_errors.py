@@ -3,9 +3,9 @@ stream, key or pipeline the store has never seen (named beside those it has, so 
 that cannot be reached right now, and a pipeline of the wrong kind for the reader.
 
 Transient or permanent: an :class:`OSError` (``ConnectionError``, ``TimeoutError``, what fsspec raises for a
-network blip, and :class:`StoreUnreachableError`) may pass by itself, so a waiting reader logs it and reads again
-(:func:`is_transient`); every other error of a read (a damaged record, an unknown name, a wrong kind) stays
-until someone fixes it.
+network blip, and :class:`StoreUnreachableError`) may pass by itself, so a waiting reader logs it and reads
+again (:func:`is_transient`); every other error of a read (a missing permission, a file where a folder
+belongs, a damaged record, an unknown name, a wrong kind) stays until someone fixes it.
 """
 
 from __future__ import annotations
@@ -48,15 +48,20 @@ def checked_watermark(record: dict[str, Any], path: str) -> dict[str, Any]:
     return record
 
 
+_LASTING_OS_ERRORS = (PermissionError, NotADirectoryError, IsADirectoryError, FileExistsError)
+"""OS errors that stay until someone acts: no access, or a file where a folder belongs (or the reverse)."""
+
+
 def is_transient(error: BaseException) -> bool:
     """Whether a read's ``error`` may pass by itself (a waiting reader reads again): an :class:`OSError`, which
-    covers ``ConnectionError``, ``TimeoutError`` and :class:`StoreUnreachableError`. A damaged record (a
-    ``ValueError``) or an unknown name (a ``LookupError``) is not.
+    covers ``ConnectionError``, ``TimeoutError`` and :class:`StoreUnreachableError`, but not a missing permission
+    or a file where a folder belongs. A damaged record (a ``ValueError``) or an unknown name (a ``LookupError``)
+    is not either.
 
     >>> is_transient(ConnectionError("reset by peer")), is_transient(DamagedRecordError("/s/latest.json", "empty"))
     (True, False)
     """
-    return isinstance(error, OSError)
+    return isinstance(error, OSError) and not isinstance(error, _LASTING_OS_ERRORS)
 
 
 class StoreUnreachableError(OSError):

@@ -211,9 +211,11 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
         return published
 
     def _stream_status(self, entry: StreamEntry, now_ms: int, run_id: str) -> dict[str, Any]:
-        """What the Watermarks page shows beside a stream's watermark: the round's verdict on it."""
+        """What the Watermarks page shows beside a stream's watermark: the round's verdict on it (and the DAG,
+        whose readers alone see the stream there)."""
         return {
             "stream": entry.stream,
+            "dag_id": self.dag_id,
             "wm_key": entry.wm_key,
             "controller": self.controller,
             "status": entry.status,

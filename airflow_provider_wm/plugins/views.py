@@ -288,7 +288,7 @@ def _stream_row(store: WatermarkStoreHook, stream: str, wm_key: str | None, now_
         "stream_cut": record.get("stream_cut"),
         "pipeline": record.get("pipeline"),
         "upstream": record.get("upstream"),
-        "dag_id": record.get("dag_id"),
+        "dag_id": record.get("dag_id") or status.get("dag_id"),  # the status's, before a first watermark
         "controller": status.get("controller") or record.get("controller"),
         "status": status.get("status"),
         "writers": status.get("active_writers"),

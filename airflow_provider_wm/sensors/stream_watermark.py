@@ -58,9 +58,8 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         a keyed watermark of the stream). Templated.
     :param store_path: absolute base path or fsspec URL of the watermark store. Templated.
     :param threshold: ISO-8601 time, datetime or epoch ms; default (``None``) the run's ``data_interval_end``
-        (its ``run_after`` in a run without a data interval).
-        Templated. A run without a data interval (asset-triggered, or manual without a logical date) has no
-        default: the sensor fails saying to pass ``threshold``.
+        (its ``run_after`` in a run without a data interval: asset-triggered, or manual without a logical
+        date). Templated.
     :param idle_timeout: how long a stream's watermark may stay put before the stream is idle: a
         ``timedelta``, seconds or ISO-8601 (``PT30M``). Default: no stream is ever idle.
     :param when_all_idle: ``"wait"`` (default) or ``"highest"``, see above.

@@ -29,7 +29,7 @@ class Rollup(Events):
         """The upstream's pane rows of the versions ``(arrival_from, arrival_until]``; ``None``: none written."""
         request = self.request
         # None also when the upstream has run but not fired yet (a folder with no data file)
-        panes = None if request.events is None else read_dataset(self.spark, request.events)
+        panes = None if request.events is None else read_dataset(self.spark, request.events, job_output=True)
         if panes is None:
             return None
         needed = ["window_start", "window_end", "pane_index", "retraction", RUN_PARTITION, *self.keys]

@@ -87,3 +87,12 @@ def test_a_partitions_state_of_the_wrong_shape_is_damaged_naming_its_path(
     with pytest.raises(DamagedRecordError) as damaged:
         WatermarkStoreHook(str(tmp_path)).read_partitions_state("orders")
     assert str(damaged.value).startswith(f"damaged record {tmp_path}/pipelines/orders/state.json: {reason}")
+
+
+def test_a_file_where_a_streams_folder_belongs_is_lasting_not_transient(tmp_path: Path) -> None:
+    (tmp_path / "streams").mkdir()
+    (tmp_path / "streams" / "orders").write_text("not a folder")
+    with pytest.raises(OSError) as error:
+        WatermarkStoreHook(str(tmp_path)).read_latest_inputs([("orders", None)])
+    assert not is_transient(error.value)
+    assert is_transient(ConnectionError("connection reset by peer")) and not is_transient(PermissionError("denied"))

@@ -136,3 +136,9 @@ def test_a_pipeline_row_names_the_dag_its_state_was_committed_by(tmp_path):
     data = overview(store, NOW)
     assert [(r["pipeline"], r["dag_id"]) for r in data["windowed_pipelines"]] == [("orders_5m", "orders")]
     assert [(r["pipeline"], r["dag_id"]) for r in data["partition_pipelines"]] == [("daily", None)]
+
+
+def test_a_controller_stream_without_a_watermark_yet_names_the_dag_of_its_status(tmp_path):
+    store = WatermarkStoreHook(str(tmp_path))
+    store.write_stream_status("orders", {"stream": "orders", "controller": "marks", "dag_id": "ingest"})
+    assert [(r["stream"], r["dag_id"]) for r in overview(store, NOW)["streams"]] == [("orders", "ingest")]

@@ -19,6 +19,7 @@ from spark_jobs import controller, partitions, windowed
 from spark_jobs.common import run_and_record
 from spark_jobs.screening import reads_as, screen_dataset
 from tests.factories import mark, write_marks, write_segments
+from tests.flaky_store import failing_opens
 
 
 def write_file(path: Path, columns: dict[str, pyarrow.Array | list]) -> None:
@@ -42,10 +43,11 @@ def test_screening_keeps_files_that_read_together_and_names_why_each_other_one_i
     write_file(data / "_temporary" / "f.parquet", {"k": [1]})  # hidden, as Spark hides it
     (data / "_SUCCESS").write_bytes(b"")
 
-    kept, schema, unreadable = screen_dataset(str(data), "parquet")
+    kept, schema, unreadable, uniform = screen_dataset(str(data), "parquet")
 
     assert sorted(Path(f).name for f in kept) == ["a.parquet", "b.parquet", "c.parquet"]
     assert schema is not None and schema.simpleString() == "struct<k:string,x:bigint>"
+    assert not uniform  # a.parquet's x is an int: read with the dataset's bigint
     reasons = {Path(u.path).name: u.reason for u in unreadable}
     assert reasons["d.parquet"] == "column x is string; the dataset's is bigint"
     assert reasons["e.parquet"].startswith("not a readable parquet file")
@@ -103,14 +105,11 @@ def test_a_file_of_the_jobs_own_state_that_does_not_read_fails_the_round_instead
     assert '"status": "failed"' in (tmp_path / "r2-out" / "manifest.json").read_text()
 
 
-def test_a_windowed_run_aggregates_the_events_that_read_and_lists_the_file_that_does_not(spark, tmp_path):
-    events = tmp_path / "events"
-    write_file(events / "part-0.parquet", {"k": ["a", "a"], "t": [1_000, 2_000], "v": [1, 2], "arrival": [1, 1]})
-    (events / "part-1.parquet").write_bytes(b"PAR1 and then nothing")
+def windowed_request(tmp_path: Path, events: Path) -> WindowedRequest:
     spec = AggregationSpec(
         Tumbling(10_000), (Aggregate("n", "count"), Aggregate("total", "sum", "v")), ("k",), StoreWatermark("s")
     )
-    request = WindowedRequest.from_json(
+    return WindowedRequest.from_json(
         {
             "pipeline": "p",
             "run_id": "r1",
@@ -131,6 +130,13 @@ def test_a_windowed_run_aggregates_the_events_that_read_and_lists_the_file_that_
             "round_out": str(tmp_path / "run"),
         }
     )
+
+
+def test_a_windowed_run_aggregates_the_events_that_read_and_lists_the_file_that_does_not(spark, tmp_path):
+    events = tmp_path / "events"
+    write_file(events / "part-0.parquet", {"k": ["a", "a"], "t": [1_000, 2_000], "v": [1, 2], "arrival": [1, 1]})
+    (events / "part-1.parquet").write_bytes(b"PAR1 and then nothing")
+    request = windowed_request(tmp_path, events)
 
     manifest = run_and_record(spark, request, windowed.run)
 
@@ -163,3 +169,27 @@ def test_a_partitions_run_writes_the_rows_that_read_and_lists_the_source_file_th
         ("c.parquet", "column event_time is string; the dataset's is timestamp")
     ]
     assert manifest.status == "succeeded" and [w.rows_written for w in manifest.work_units] == [3]
+
+
+def test_files_of_one_integer_column_in_two_widths_are_read_together_as_the_wider_one(spark, tmp_path):
+    """Spark infers the schema from the first file (an ``int``) and fails on the next (a ``bigint``): the
+    screen reads both with the wider type and sets nothing aside."""
+    events = tmp_path / "events"
+    write_file(
+        events / "part-0.parquet", {"k": ["a"], "t": [1_000], "v": pyarrow.array([1], pyarrow.int32()), "arrival": [1]}
+    )
+    write_file(
+        events / "part-1.parquet",
+        {"k": ["a"], "t": [2_000], "v": pyarrow.array([2**40], pyarrow.int64()), "arrival": [1]},
+    )
+    manifest = run_and_record(spark, windowed_request(tmp_path, events), windowed.run)
+    assert manifest.unreadable_files == [] and manifest.totals.events_aggregated == 2
+    panes = spark.read.parquet(str(tmp_path / "panes")).collect()  # small: one window
+    assert [(r["n"], r["total"]) for r in panes] == [(2, 2**40 + 1)]
+
+
+def test_a_footer_read_that_fails_on_the_connection_fails_the_screen_instead_of_setting_a_good_file_aside(tmp_path):
+    data = tmp_path / "data"
+    write_file(data / "part-0.parquet", {"x": [1]})
+    with failing_opens(1), pytest.raises(ConnectionError):
+        screen_dataset(f"flaky://{data}", "parquet")
