@@ -83,11 +83,21 @@ def measure(spark: Any, repeat: int, fn: Callable[[], Any], steps: bool = False)
 
 
 def compare(
-    spark: Any, repeat: int, job: Callable[[], Any], floor: Callable[[], Any], steps: bool = True
+    spark: Any,
+    repeat: int,
+    job: Callable[[], Any],
+    floor: Callable[[], Any],
+    steps: bool = True,
+    warmup: int = 0,
 ) -> tuple[Measured, Measured]:
     """``job`` and its ``floor`` called alternately, ``repeat`` times each (job first), so that other work on
     the machine weighs on both alike: each one's fastest call (:func:`measure` of one call: its time, jobs and
-    stages, and with ``steps`` the job's Spark jobs)."""
+    stages, and with ``steps`` the job's Spark jobs). First both are called ``warmup`` times untimed: the JVM
+    compiles the code paths a call takes while it runs them (the job takes many more than its floor, so a cold
+    JVM weighs on it more), and a long-lived Spark Connect server runs warm."""
+    for _ in range(warmup):
+        job()
+        floor()
     best_job: Measured | None = None
     best_floor: Measured | None = None
     for _ in range(repeat):

@@ -19,7 +19,8 @@ incremental run could not skip old row groups by arrival time). Then, in one cla
 seconds only there (a Connect client has no status tracker to count Spark jobs), written to
 ``bench/results/windowed_aggregate_connect.json`` unless ``--output`` says otherwise.
 
-Job and floor run alternately, each the best of ``--repeat``; the bench prints its seconds, Spark jobs and stages
+Job and floor run alternately, each the best of ``--repeat`` after ``--warmup`` untimed calls of both (a
+warm JVM, as a long-lived Spark Connect server is); the bench prints its seconds, Spark jobs and stages
 (job and floor), the job's longest Spark jobs, writes ``bench/results/windowed_aggregate.json`` (or ``--output``)
 and ends with ``ratio=<x>``, the ratio of the run worst against its target.
 
@@ -81,7 +82,8 @@ def events_arguments(description: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--events", type=int, default=20_000_000)
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls of job and floor before timing")
     parser.add_argument("--driver-memory", default="6g")
     return parser
 
@@ -123,9 +125,14 @@ def connect_session(args: argparse.Namespace) -> tuple[SparkSession, Any]:
     return SparkSession.builder.remote(server.url).create(), server
 
 
-def compare_seconds(repeat: int, job: Callable[[], Any], floor: Callable[[], Any]) -> tuple[Measured, Measured]:
+def compare_seconds(
+    repeat: int, job: Callable[[], Any], floor: Callable[[], Any], warmup: int = 0
+) -> tuple[Measured, Measured]:
     """:func:`timing.compare` for a Spark Connect session: job and floor alternately, each one's fastest call,
-    seconds only (jobs and stages: ``-1``, not counted)."""
+    seconds only (jobs and stages: ``-1``, not counted), after ``warmup`` untimed calls of both."""
+    for _ in range(warmup):
+        job()
+        floor()
     best = {"job": float("inf"), "floor": float("inf")}
     for _ in range(repeat):
         for name, fn in (("job", job), ("floor", floor)):
@@ -167,8 +174,8 @@ def main() -> None:
 
     def timed(job: Callable[[], Any], floor: Callable[[], Any]) -> tuple[Measured, Measured]:
         if args.connect:
-            return compare_seconds(args.repeat, job, floor)
-        return compare(spark, args.repeat, job, floor)
+            return compare_seconds(args.repeat, job, floor, args.warmup)
+        return compare(spark, args.repeat, job, floor, warmup=args.warmup)
 
     work = Path(tempfile.mkdtemp(prefix="bench-windows-"))
     try:
@@ -266,6 +273,7 @@ def main() -> None:
             "events": args.events,
             "keys": args.keys,
             "repeat": args.repeat,
+            "warmup": args.warmup,
             "runs": runs,
             "headline": headline,
             "worst_ratio": runs[headline]["ratio"],

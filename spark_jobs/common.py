@@ -20,13 +20,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     ByteType,
     DataType,
-    DateType,
     DoubleType,
     FloatType,
     IntegerType,
@@ -34,14 +33,12 @@ from pyspark.sql.types import (
     LongType,
     MapType,
     ShortType,
-    StringType,
     StructType,
     TimestampNTZType,
     TimestampType,
 )
 
 from airflow_provider_wm.contracts import JobFailure, JobManifest, JobRequest
-from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 from airflow_provider_wm.documents import delete_tree, exists, read_document, write_document
 from spark_jobs.screening import FileScreen, is_unreadable_file_error, load, screening
 
@@ -241,31 +238,3 @@ def read_parquet_or_empty(spark: SparkSession, path: str | None, schema: StructT
     if frame is None:
         return empty_frame(spark, schema)
     return conform(frame, schema, path or "")
-
-
-def invalid_time(column: Column) -> Column:
-    """``not core.times.is_valid_time_ms``: a null time, or one outside ``[MIN_TIME_MS, MAX_TIME_MS]``."""
-    return column.isNull() | (column < F.lit(MIN_TIME_MS)) | (column > F.lit(MAX_TIME_MS))
-
-
-def parse_time(column: Column, data_type: Any, argument: str) -> Column:
-    """The time column as a timestamp; null when missing or unparseable (``try_to_timestamp``). ``argument``
-    names the column in an error, e.g. ``arrival_column='ingested_at' of /data/orders``."""
-    if isinstance(data_type, (TimestampType, TimestampNTZType, DateType)):
-        return column.cast("timestamp")
-    if isinstance(data_type, IntegralType):
-        return F.timestamp_millis(column)
-    if isinstance(data_type, StringType):
-        return F.try_to_timestamp(column)
-    raise ValueError(
-        f"{argument} has type {data_type.simpleString()}; use a timestamp, date, epoch-millisecond "
-        "number or ISO-8601 string"
-    )
-
-
-def time_ms(column: Column, data_type: Any, argument: str) -> Column:
-    """The time column as UTC epoch milliseconds; null when missing or unparseable (``argument``: as
-    :func:`parse_time`)."""
-    if isinstance(data_type, IntegralType):
-        return column.cast("long")
-    return F.unix_millis(parse_time(column, data_type, argument))

@@ -9,6 +9,7 @@ from airflow_provider_wm.contracts.codec import Contract
 
 __all__ = [
     "CLASSIC_CONF",
+    "DRIVER_OUTPUT_ROWS",
     "MANIFEST_NAME",
     "REQUEST_NAME",
     "JobFailure",
@@ -29,6 +30,12 @@ session records its Python call site in the JVM first, about eight Py4J round tr
 that builds a few hundred expressions spends more time in those than in its small Spark jobs. Off, an analysis
 error names the failing expression without the Python line that built it. Spark Connect clients build plans
 locally and are not affected."""
+
+DRIVER_OUTPUT_ROWS = 500_000
+"""Up to this many windows, a windowed run writes its panes and state from the job's driver (one Spark action
+fetches them as Arrow; pyarrow writes them through fsspec) instead of with Spark's writers, whose fixed cost per
+write outweighs a small run's work; larger runs write with Spark. 500,000 windows are tens of MB of Arrow with a
+few keys and aggregates. A request's ``driver_output_rows`` overrides it (0: always Spark)."""
 
 
 class JobRequest(Contract):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_wm.contracts.codec import Contract
-from airflow_provider_wm.contracts.jobs import JobManifest, JobRequest, UnreadableFile
+from airflow_provider_wm.contracts.jobs import DRIVER_OUTPUT_ROWS, JobManifest, JobRequest, UnreadableFile
 
 __all__ = ["PaneCounts", "WindowedInput", "WindowedManifest", "WindowedRequest", "WindowedTotals"]
 
@@ -28,7 +28,9 @@ class WindowedRequest(JobRequest):
     ``(arrival_from_ms, arrival_until_ms]`` (for a rollup: the upstream's pane versions in that range), merge
     them with the open windows of ``state_in``, fire, and write the panes, the late rows and ``state_out``.
     ``spec`` is :meth:`AggregationSpec.to_json`; ``source_watermark_ms`` the store's watermark the operator
-    read (or the merged inputs' coalesced one). ``fired_hours``: report the hours of the windows that fired."""
+    read (or the merged inputs' coalesced one). ``fired_hours``: report the hours of the windows that fired.
+    ``driver_output_rows``: the most windows whose panes and state the job writes from its driver
+    (:data:`~airflow_provider_wm.contracts.jobs.DRIVER_OUTPUT_ROWS`; 0: always with Spark)."""
 
     job: ClassVar[str] = "windowed_aggregate"
     pipeline: str
@@ -53,6 +55,7 @@ class WindowedRequest(JobRequest):
     live_in: str | None = None
     live_out: str | None = None
     fired_hours: bool = False
+    driver_output_rows: int = DRIVER_OUTPUT_ROWS
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ class WindowedManifest(JobManifest):
     """The run's watermark, what it read and fired, and where the new state (and a rollup's live panes) are;
     ``late_output`` is set when the run wrote too-late or invalid rows; ``fired_hours_ms`` (when the request
     asked for it) the distinct UTC hours (epoch ms, ascending) in which the windows of the run's panes start,
-    a global window's excepted."""
+    a global window's excepted; ``writer`` what wrote the panes and the state: ``arrow`` (the job's driver, for a
+    run of at most ``driver_output_rows`` windows) or ``spark`` (``None``: the run wrote neither)."""
 
     pipeline: str
     run_id: str
@@ -124,6 +128,7 @@ class WindowedManifest(JobManifest):
     live_path: str | None = None
     duration_s: float = 0.0
     fired_hours_ms: list[int] | None = None
+    writer: str | None = None
     unreadable_files: list[UnreadableFile] = field(default_factory=list)
     status: str = "succeeded"
     job: str = "windowed_aggregate"

@@ -21,7 +21,6 @@ from airflow_provider_wm.core.segments import Segment, overlapping_in_epoch
 from spark_jobs.common import (
     conform,
     empty_frame,
-    invalid_time,
     read_dataset,
     read_parquet_or_empty,
 )
@@ -37,6 +36,7 @@ from spark_jobs.controller.schemas import (
     VALUE,
     VALUE_KINDS,
 )
+from spark_jobs.sql_text import invalid_time
 
 __all__ = [
     "aggregate_marks",
@@ -175,8 +175,8 @@ def row_local_reason(*, cheap_only: bool = False) -> Column:
             F.col("kind").isNull() | ~F.col("kind").isin(*[k.value for k in MarkKind]),
             Quarantine.UNKNOWN_KIND.value,
         )
-        .when(invalid_time(F.col("reported_at_ms")), Quarantine.INVALID_REPORTED_AT.value)
-        .when(value & invalid_time(F.col("time_ms")), Quarantine.INVALID_TIME_VALUE.value)
+        .when(F.expr(invalid_time("reported_at_ms")), Quarantine.INVALID_REPORTED_AT.value)
+        .when(value & F.expr(invalid_time("time_ms")), Quarantine.INVALID_TIME_VALUE.value)
         .when(value & F.col("position").isNull(), Quarantine.MISSING_POSITION.value)
     )
     if cheap_only:

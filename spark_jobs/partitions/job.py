@@ -14,13 +14,10 @@ from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
 from airflow_provider_wm.core.partitions import DAY_MS, QuarantineReason
 from spark_jobs.common import (
     delete_path,
-    invalid_time,
     job_session,
-    parse_time,
     path_exists,
     read_dataset,
     submit_main,
-    time_ms,
 )
 from spark_jobs.partitions.layout import (
     LIST_FOLDERS_UP_TO,
@@ -36,6 +33,7 @@ from spark_jobs.partitions.layout import (
     with_row_ids,
     work_unit_key,
 )
+from spark_jobs.sql_text import ident, invalid_time, parse_time, time_ms
 
 __all__ = ["Job", "main", "run"]
 
@@ -69,9 +67,7 @@ class Job:
         if missing:
             raise ValueError(f"source {args.source} has no column {', '.join(missing)}; it has {self.source.columns}")
         self.time_type = self.source.schema[args.time_column].dataType
-        parse_time(
-            F.col(args.time_column), self.time_type, f"time_column={args.time_column!r}"
-        )  # fails early on a bad type
+        parse_time(ident(args.time_column), self.time_type, f"time_column={args.time_column!r}")  # fails early
 
     def _work_units_frame(self, units: list[dict[str, Any]]) -> DataFrame:
         rows = [
@@ -91,11 +87,12 @@ class Job:
         only when the request lists the pipeline's units, and only for times inside ``intervals``."""
         args = self.args
         raw = F.col(args.time_column)
-        millis = time_ms(raw, self.time_type, f"time_column={args.time_column!r}")
+        millis_sql = time_ms(ident(args.time_column), self.time_type, f"time_column={args.time_column!r}")
+        millis = F.expr(millis_sql)
         reason = (
             F.when(raw.isNull(), QuarantineReason.NULL_TIME.value)
             .when(millis.isNull(), QuarantineReason.UNPARSEABLE_TIME.value)
-            .when(invalid_time(millis), QuarantineReason.TIME_OUT_OF_RANGE.value)
+            .when(F.expr(invalid_time(millis_sql)), QuarantineReason.TIME_OUT_OF_RANGE.value)
         )
         if args.unit_column and args.units is not None:
             unit = F.col(args.unit_column).cast("string")
@@ -120,7 +117,9 @@ class Job:
             # guarded: a number far out of range would overflow the conversion
             F.when(
                 F.col("wm_reason").isNull(),
-                parse_time(F.col(self.args.time_column), self.time_type, f"time_column={self.args.time_column!r}"),
+                F.expr(
+                    parse_time(ident(self.args.time_column), self.time_type, f"time_column={self.args.time_column!r}")
+                ),
             ).alias("wm_time"),
         )
         days = self._work_units_frame(units).withColumn(
@@ -263,10 +262,12 @@ class Job:
                 f"earlier rows; it has {columns}"
             )
         ranges = self._work_units_frame(partial).select(*PARTITION_COLUMNS, "range_start_ms")
-        kept_time = parse_time(
-            previous[self.args.time_column],
-            previous.schema[self.args.time_column].dataType,
-            f"time_column={self.args.time_column!r} of the target {self.args.target}",
+        kept_time = F.expr(
+            parse_time(
+                ident(self.args.time_column),
+                previous.schema[self.args.time_column].dataType,
+                f"time_column={self.args.time_column!r} of the target {self.args.target}",
+            )
         )
         kept = (
             previous.join(F.broadcast(ranges), on=list(PARTITION_COLUMNS))

@@ -14,6 +14,7 @@ from airflow_provider_wm.core.windowing import (
     AggregationSpec,
     SqlAggregate,
 )
+from spark_jobs.sql_text import any_of, ident, number, string
 
 RUN_PARTITION = "wm_run"
 _SESSION_PARKING_MS = -(2**45)
@@ -28,42 +29,46 @@ last pane and the panes it owes retractions for (rule 4)."""
 RUN_COUNTERS = ("wm_rows", "wm_too_late", "wm_invalid", "wm_invalid_value", "wm_invalid_arrival", "wm_max_t")
 """Per group of :meth:`Events.new_partials`: rows read, too-late and invalid rows, the highest time; summed (the
 highest time: its maximum) over a run's partials, they are the run's totals."""
+RUN_ROWS = ("wm_events", *RUN_COUNTERS)
+"""What :meth:`Events.new_partials` adds after a window's partials: its pending count, then :data:`RUN_COUNTERS`."""
 JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG, INVALID_VALUE_FLAG)
 """What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")
 """Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
 
 
-def is_open(window_end: Column, horizon: int | None) -> Column:
-    """``core.windowing.is_open``: a window still takes data while it ends after the horizon ``W - L``."""
-    return F.lit(True) if horizon is None else window_end > F.lit(horizon)
+def is_open(window_end: str, horizon: int | None) -> str:
+    """``core.windowing.is_open``: a window still takes data while it ends after the horizon ``W - L``
+    (SQL text; ``window_end`` an expression)."""
+    return "true" if horizon is None else f"{window_end} > {number(horizon)}"
 
 
-def unusable_value(columns: Sequence[str]) -> Column:
+def unusable_value(columns: Sequence[str]) -> str:
     """``not core.windowing.values_are_usable`` over ``columns``, the floating (float or double) columns that
     aggregates read (a decimal or an integer cannot be NaN or infinite): one of them is NaN or +/-infinity. A
     null is usable (false, not null)."""
-    infinity = F.lit(float("inf"))
-    unusable: Column = F.lit(False)
-    for name in columns:
-        unusable = unusable | F.isnan(name) | F.abs(name).eqNullSafe(infinity)
-    return unusable
+    return any_of([f"isnan({ident(c)}) OR abs({ident(c)}) <=> CAST('Infinity' AS DOUBLE)" for c in columns])
 
 
-def carried(column: str) -> Column:
+def carried(column: str) -> str:
     """The aggregate that carries a :data:`RUN_COUNTERS` column through a group-by (state rows have none)."""
-    return (F.max if column == "wm_max_t" else F.sum)(column).alias(column)
+    return f"{'max' if column == 'wm_max_t' else 'sum'}({column}) AS {column}"
 
 
 def run_totals() -> list[Column]:
-    """The run's totals from its partials (:data:`RUN_COUNTERS`), for :func:`checkpoint_with_totals`."""
+    """The run's totals from its partials (:data:`RUN_COUNTERS`), for :func:`checkpoint_with_totals`, and the
+    number of ``windows`` (the rows that have one)."""
     return [
-        F.sum("wm_rows").alias("events"),
-        F.sum("wm_too_late").alias("too_late"),
-        F.sum("wm_invalid").alias("invalid"),
-        F.sum("wm_invalid_value").alias("invalid_value"),
-        F.sum("wm_invalid_arrival").alias("invalid_arrival"),
-        F.max("wm_max_t").alias("max_t"),
+        F.expr(total)
+        for total in (
+            "sum(wm_rows) AS events",
+            "sum(wm_too_late) AS too_late",
+            "sum(wm_invalid) AS invalid",
+            "sum(wm_invalid_value) AS invalid_value",
+            "sum(wm_invalid_arrival) AS invalid_arrival",
+            "max(wm_max_t) AS max_t",
+            "count(window_start) AS windows",
+        )
     ]
 
 
@@ -109,63 +114,54 @@ class JobBase:
                 names.append(f"p_{agg.name}")
         return names
 
-    def partial_exprs(self, counted: Column | None = None) -> list[Column]:
-        """Aggregates over accepted events: one partial column (two for avg) per aggregate. ``count(*)``
-        counts the rows where ``counted`` holds (default: all)."""
-        exprs: list[Column] = []
+    def partial_exprs(self, counted: str | None = None) -> list[str]:
+        """Aggregates over accepted events (SQL text): one partial column (two for avg) per aggregate.
+        ``count(*)`` counts the rows where ``counted`` holds (default: all)."""
+        exprs: list[str] = []
         for agg in self.spec.aggregates:
+            name = f"p_{agg.name}"
             if isinstance(agg, SqlAggregate):
-                exprs.append(F.expr(agg.partial).alias(f"p_{agg.name}"))
+                exprs.append(f"{agg.partial} AS {ident(name)}")
             elif agg.function == "count":
-                row = F.lit(1) if counted is None else F.when(counted, 1)
-                exprs.append(F.count(F.col(agg.column) if agg.column else row).alias(f"p_{agg.name}"))
+                row = "1" if counted is None else f"CASE WHEN {counted} THEN 1 END"
+                exprs.append(f"count({ident(agg.column) if agg.column else row}) AS {ident(name)}")
             elif agg.function == "avg":
-                exprs += [
-                    F.sum(str(agg.column)).alias(f"p_{agg.name}_sum"),
-                    F.count(str(agg.column)).alias(f"p_{agg.name}_count"),
-                ]
+                column = ident(str(agg.column))
+                exprs += [f"sum({column}) AS {ident(name + '_sum')}", f"count({column}) AS {ident(name + '_count')}"]
             else:
-                function = {"sum": F.sum, "min": F.min, "max": F.max}[agg.function]
-                exprs.append(function(str(agg.column)).alias(f"p_{agg.name}"))
+                exprs.append(f"{agg.function}({ident(str(agg.column))}) AS {ident(name)}")
         return exprs
 
-    def merge_exprs(self) -> list[Column]:
-        """Aggregates over partials (stored and new) into one partial per window."""
-        exprs: list[Column] = []
+    def merge_exprs(self) -> list[str]:
+        """Aggregates over partials (stored and new) into one partial per window (SQL text)."""
+        exprs: list[str] = []
         for agg in self.spec.aggregates:
             name = f"p_{agg.name}"
             if isinstance(agg, SqlAggregate):
-                exprs.append(F.expr(agg.merge.format(partial=f"`{name}`")).alias(name))
+                exprs.append(f"{agg.merge.format(partial=ident(name))} AS {ident(name)}")
             elif agg.function == "avg":
-                exprs += [F.sum(f"{name}_sum").alias(f"{name}_sum"), F.sum(f"{name}_count").alias(f"{name}_count")]
+                exprs += [f"sum({ident(n)}) AS {ident(n)}" for n in (f"{name}_sum", f"{name}_count")]
             else:
-                function = {"count": F.sum, "sum": F.sum, "min": F.min, "max": F.max}[agg.function]
-                exprs.append(function(name).alias(name))
+                function = "sum" if agg.function in ("count", "sum") else agg.function
+                exprs.append(f"{function}({ident(name)}) AS {ident(name)}")
         return exprs
 
-    def empty_partials(self, like: DataFrame) -> list[Column]:
-        """DISCARDING resets a fired window to these: count 0, everything else null."""
-        columns: list[Column] = []
-        for name in self.partial_columns():
-            counting = name.endswith("_count") or any(
-                isinstance(a, Aggregate) and a.function == "count" and name == f"p_{a.name}"
-                for a in self.spec.aggregates
-            )
-            value = F.lit(0) if counting else F.lit(None)
-            columns.append(value.cast(like.schema[name].dataType).alias(name))
-        return columns
+    def counting_partials(self) -> set[str]:
+        """The partial columns that count (an empty window's is 0, any other's null)."""
+        counting = {f"p_{a.name}" for a in self.spec.aggregates if isinstance(a, Aggregate) and a.function == "count"}
+        return counting | {c for c in self.partial_columns() if c.endswith("_count")}
 
-    def final_values(self) -> Column:
-        """The pane's values, as a struct named after the aggregates."""
-        fields: list[Column] = []
+    def final_values(self) -> str:
+        """The pane's values, as a struct named after the aggregates (SQL text)."""
+        fields: list[str] = []
         for agg in self.spec.aggregates:
-            name = f"p_{agg.name}"
+            name = ident(f"p_{agg.name}")
             if isinstance(agg, SqlAggregate):
-                value = F.expr(agg.final.format(partial=f"`{name}`"))
+                value = agg.final.format(partial=name)
             elif agg.function == "avg":
-                count = F.col(f"{name}_count")
-                value = F.when(count > 0, F.col(f"{name}_sum").cast("double") / count)
+                total, count = ident(f"p_{agg.name}_sum"), ident(f"p_{agg.name}_count")
+                value = f"CASE WHEN {count} > 0 THEN CAST({total} AS DOUBLE) / {count} END"
             else:
-                value = F.col(name)
-            fields.append(value.alias(agg.name))
-        return F.struct(*fields)
+                value = name
+            fields.append(f"{string(agg.name)}, {value}")
+        return f"named_struct({', '.join(fields)})"

@@ -4,10 +4,9 @@ accepted ones per (keys, window)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, FloatType, IntegralType, StructType, TimestampType
 
@@ -22,38 +21,43 @@ from airflow_provider_wm.core.windowing import (
     input_column,
 )
 from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
-from spark_jobs.common import invalid_time, read_dataset, time_ms
+from spark_jobs.common import read_dataset
+from spark_jobs.sql_text import case, ident, invalid_time, number, string, time_ms, timestamp
 from spark_jobs.windowed.base import (
     _SESSION_PARKING_MS,
     INVALID_ARRIVAL_FLAG,
     INVALID_VALUE_FLAG,
     JOB_COLUMNS,
+    RUN_ROWS,
     JobBase,
     is_open,
     unusable_value,
 )
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 TIME_SEEN_REASONS = (*TOO_LATE_REASONS, LateReason.INVALID_VALUE.value)
 """The quarantined rows whose valid time counts in the run's highest event time (rule 3), as accepted ones do."""
+ACCEPTED = "wm_reason IS NULL"
 
 
-def _pushable(raw: Column, data_type: Any, since: int | None, until: int) -> Column:
+def _reason_is(*reasons: str) -> str:
+    return f"wm_reason IN ({', '.join(string(r) for r in reasons)})"
+
+
+def _pushable(raw: str, data_type: Any, since: int | None, until: int) -> str:
     """The arrival range, or an arrival that is null or out of the valid range (rule 0), as comparisons of the
     raw column with literals, which Parquet can push down to skip row groups by their min/max and null-count
     statistics (the exact filter on the parsed time follows it; this one only needs to keep every row it
     keeps)."""
 
-    def literal(ms: int) -> Any:
-        return _EPOCH + dt.timedelta(milliseconds=ms) if isinstance(data_type, TimestampType) else ms  # exact
+    def literal(ms: int) -> str:
+        return timestamp(ms) if isinstance(data_type, TimestampType) else number(ms)  # exact
 
     if not isinstance(data_type, TimestampType | IntegralType):
-        return F.lit(True)
-    in_range = raw <= F.lit(literal(until))
+        return "true"
+    in_range = f"{raw} <= {literal(until)}"
     if since is not None:
-        in_range = in_range & (raw > F.lit(literal(since)))
-    out_of_range = (raw < F.lit(literal(MIN_TIME_MS))) | (raw > F.lit(literal(MAX_TIME_MS)))
-    return in_range | raw.isNull() | out_of_range
+        in_range = f"{in_range} AND {raw} > {literal(since)}"
+    return f"({in_range}) OR {raw} IS NULL OR {raw} < {literal(MIN_TIME_MS)} OR {raw} > {literal(MAX_TIME_MS)}"
 
 
 class Events(JobBase):
@@ -78,29 +82,32 @@ class Events(JobBase):
             return None
         schema = events.schema  # one round trip for the checks below
         arrival_column = source.arrival_column
-        invalid_arrival: Column = F.lit(False)
+        invalid_arrival = "false"
         if arrival_column:
             if arrival_column not in schema.names:
                 raise ValueError(f"arrival_column={arrival_column!r} is not a column of {source.events}")
             raw_type = schema[arrival_column].dataType
             until, since = request.arrival_until_ms, request.arrival_from_ms
-            arrival = time_ms(F.col(arrival_column), raw_type, f"arrival_column={arrival_column!r} of {source.events}")
+            argument = f"arrival_column={arrival_column!r} of {source.events}"
+            arrival = time_ms(ident(arrival_column), raw_type, argument)
             invalid_arrival = invalid_time(arrival)
-            in_range = arrival <= F.lit(until)
+            in_range = f"{arrival} <= {number(until)}"
             if since is not None:
-                in_range = in_range & (arrival > F.lit(int(since)))
-            pushed = _pushable(F.col(arrival_column), raw_type, since, until)
-            events = events.where(pushed).where(in_range | invalid_arrival)
+                in_range = f"{in_range} AND {arrival} > {number(since)}"
+            pushed = _pushable(ident(arrival_column), raw_type, since, until)
+            events = events.where(f"({pushed}) AND ({in_range} OR {invalid_arrival})")
         name = source.event_time
         missing = [c for c in [name, *self.keys] if c not in schema.names]
         if missing:
             raise ValueError(f"events {source.events} lack the columns {missing}; they have {schema.names}")
-        event_time = time_ms(F.col(name), schema[name].dataType, f"event_time={name!r} of {source.events}")
-        return events.withColumns({
-            "wm_t": event_time,
-            INVALID_ARRIVAL_FLAG: invalid_arrival,
-            INVALID_VALUE_FLAG: unusable_value(self.checked_columns(schema, input_name)),
-        })  # fmt: skip
+        event_time = time_ms(ident(name), schema[name].dataType, f"event_time={name!r} of {source.events}")
+        unusable = unusable_value(self.checked_columns(schema, input_name))
+        return events.selectExpr(
+            "*",
+            f"{event_time} AS wm_t",
+            f"{invalid_arrival} AS {INVALID_ARRIVAL_FLAG}",
+            f"{unusable} AS {INVALID_VALUE_FLAG}",
+        )
 
     def checked_columns(self, schema: StructType, input_name: str | None) -> list[str]:
         """The columns of an input (``input_name``: one of the request's ``inputs``; ``None``: its ``events``)
@@ -130,14 +137,14 @@ class Events(JobBase):
                 )
             name = source.name
             frames.append(
-                events.select(
-                    *self.keys,
+                events.selectExpr(
+                    *[ident(k) for k in self.keys],
                     *[
-                        F.col(c).alias(input_column(name, c))
+                        f"{ident(c)} AS {ident(input_column(name, c))}"
                         for c in events.columns
                         if c not in (*self.keys, *JOB_COLUMNS)
                     ],
-                    F.lit(1).alias(input_column(name, ROW_COLUMN)),
+                    f"1 AS {ident(input_column(name, ROW_COLUMN))}",
                     *JOB_COLUMNS,
                 )
             )
@@ -152,18 +159,17 @@ class Events(JobBase):
         infinity in an aggregated column, ``not values_are_usable``: rule 1), then ``TOO_LATE`` (rule 2). The
         first matching condition wins, so later steps only see valid times and finite values of accepted events.
         """
-        t = F.col("wm_t")
-        reason = (
-            F.when(F.col(INVALID_ARRIVAL_FLAG), LateReason.INVALID_ARRIVAL.value)
-            .when(invalid_time(t), LateReason.INVALID_EVENT_TIME.value)
-            .when(F.col(INVALID_VALUE_FLAG), LateReason.INVALID_VALUE.value)
-        )
+        branches = [
+            (INVALID_ARRIVAL_FLAG, string(LateReason.INVALID_ARRIVAL.value)),
+            (invalid_time("wm_t"), string(LateReason.INVALID_EVENT_TIME.value)),
+            (INVALID_VALUE_FLAG, string(LateReason.INVALID_VALUE.value)),
+        ]
         if self.horizon is not None:
             late_reason = (
                 LateReason.TOO_LATE if self.spec.late_data is LateData.EVENT_TIME else LateReason.WINDOW_CLOSED
             )
-            reason = reason.when(self.too_late(t, self.horizon), late_reason.value)
-        return events.withColumn("wm_reason", reason)
+            branches.append((self.too_late("wm_t", self.horizon), string(late_reason.value)))
+        return events.selectExpr("*", f"{case(*branches)} AS wm_reason")
 
     @property
     def horizon(self) -> int | None:
@@ -172,23 +178,23 @@ class Events(JobBase):
             return None
         return self.previous_watermark - self.spec.allowed_lateness_ms
 
-    def too_late(self, t: Column, horizon: int) -> Column:
+    def too_late(self, t: str, horizon: int) -> str:
         """``core.windowing.too_late_reason`` for a valid time ``t``. ``EVENT_TIME``: ``t < H``. ``WINDOW_END``:
         the event's last window (the one that ends latest) has closed, ``end <= H``, so all of them have; for a
         session, the event's own window ``[t, t + gap)`` before merging (``core.windowing.LateData``), which is
         Spark Structured Streaming's filter on a row's ``session_window`` ahead of the merge."""
         window = self.spec.output_window
         if self.spec.late_data is LateData.EVENT_TIME:
-            return t < F.lit(horizon)
+            return f"{t} < {number(horizon)}"
         if isinstance(window, Tumbling):
-            last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms)) + F.lit(window.size_ms)
+            last_end = f"{t} - pmod({t} - {number(window.offset_ms)}, {window.size_ms}) + {window.size_ms}"
         elif isinstance(window, Sliding):
-            last_end = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms)) + F.lit(window.size_ms)
+            last_end = f"{t} - pmod({t} - {number(window.offset_ms)}, {window.slide_ms}) + {window.size_ms}"
         elif isinstance(window, Session):
-            last_end = t + F.lit(window.gap_ms)
+            last_end = f"{t} + {window.gap_ms}"
         else:  # the global window never closes
-            return F.lit(False)
-        return ~is_open(last_end, horizon)
+            return "false"
+        return f"NOT ({is_open(last_end, horizon)})"
 
     def new_partials(self, classified: DataFrame) -> DataFrame:
         """Per ``(keys, window_start, window_end)``: partials, events (``wm_events``: the window's pending count),
@@ -197,99 +203,85 @@ class Events(JobBase):
 
         Too-late and invalid rows are grouped apart from the accepted ones (their window is null, or for
         sessions far before any valid time) so the same scan counts them; their groups have a null window.
-        Window arithmetic sits under ``when(accepted, ...)``: it is never evaluated on an invalid time.
+        Window arithmetic sits under ``CASE WHEN accepted``: it is never evaluated on an invalid time.
         """
         window = self.spec.output_window
-        t, reason = F.col("wm_t"), F.col("wm_reason")
-        accepted = reason.isNull()
-        groups: list[Column | str] = list(self.keys)
+        if isinstance(window, Session):
+            return self._session_partials(classified, window)
         frame = classified
-        first_copy: Column = F.lit(True)  # each row read counts once in the totals, a sliding one in its first window
-        if isinstance(window, Session):
-            # session_window drops rows without a time: the others get one far before any valid time
-            ts = F.timestamp_millis(F.when(accepted, t).otherwise(F.lit(_SESSION_PARKING_MS)))
-            groups.append(F.session_window(ts, f"{window.gap_ms} milliseconds").alias("wm_session"))
-            starts = F.unix_millis(F.col("wm_session.start"))
-            ends = F.unix_millis(F.col("wm_session.end"))
-        else:
-            if isinstance(window, Tumbling):
-                start = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.size_ms))
-                size = window.size_ms
-            elif isinstance(window, Sliding):
-                last = t - F.pmod(t - F.lit(window.offset_ms), F.lit(window.slide_ms))
-                slides = F.when(accepted, F.sequence(F.lit(0), F.lit(window.windows_per_event - 1)))
-                frame = frame.withColumn("wm_k", F.explode_outer(slides))
-                first_copy = F.col("wm_k").isNull() | (F.col("wm_k") == 0)
-                start = last - F.col("wm_k") * F.lit(window.slide_ms)
-                size = window.size_ms
-            elif isinstance(window, Global):
-                start, size = F.lit(GLOBAL_START), 0
-            else:  # pragma: no cover - the spec validates the kinds
-                raise ValueError(f"unknown window {window!r}")
-            frame = frame.withColumn("wm_start", F.when(accepted, start))
-            if isinstance(window, Sliding) and self.spec.late_data is LateData.WINDOW_END and self.horizon is not None:
-                # core.windowing.is_open: an accepted event counts only in its windows that have not closed
-                # (its last window, wm_k = 0, always is)
-                frame = frame.where(F.col("wm_start").isNull() | is_open(F.col("wm_start") + F.lit(size), self.horizon))
-            groups.append("wm_start")
-            starts = F.col("wm_start")
-            ends = F.lit(GLOBAL_END) if isinstance(window, Global) else F.col("wm_start") + F.lit(size)
-            # a row has a start only when accepted, so a group with a start is a group of accepted rows: the start is
-            # passed on as it is, and the partials stay hash-partitioned by (keys, window_start) (see combine)
-            is_accepted_group = F.col("wm_start").isNotNull()
-        if isinstance(window, Session):
-            return self._session_partials(frame, groups, starts, ends)
-        aggregated = frame.groupBy(*groups).agg(
-            *self.partial_exprs(),
-            F.count(F.lit(1)).alias("wm_events"),
-            F.count(F.when(first_copy, 1)).alias("wm_rows"),
-            F.count(F.when(reason.isin(*TOO_LATE_REASONS), 1)).alias("wm_too_late"),
-            F.count(F.when(reason == LateReason.INVALID_EVENT_TIME.value, 1)).alias("wm_invalid"),
-            F.count(F.when(reason == LateReason.INVALID_VALUE.value, 1)).alias("wm_invalid_value"),
-            F.count(F.when(reason == LateReason.INVALID_ARRIVAL.value, 1)).alias("wm_invalid_arrival"),
-            F.max(F.when(reason.isNull() | reason.isin(*TIME_SEEN_REASONS), t)).alias("wm_max_t"),
+        first_copy = "true"  # each row read counts once in the totals, a sliding one in its first window
+        if isinstance(window, Tumbling):
+            start, size = f"wm_t - pmod(wm_t - {number(window.offset_ms)}, {window.size_ms})", window.size_ms
+        elif isinstance(window, Sliding):
+            slides = f"CASE WHEN {ACCEPTED} THEN sequence(0, {window.windows_per_event - 1}) END"
+            frame = frame.selectExpr("*", f"explode_outer({slides}) AS wm_k")
+            first_copy = "wm_k IS NULL OR wm_k = 0"
+            last = f"wm_t - pmod(wm_t - {number(window.offset_ms)}, {window.slide_ms})"
+            start, size = f"{last} - wm_k * {window.slide_ms}", window.size_ms
+        elif isinstance(window, Global):
+            start, size = str(GLOBAL_START), 0
+        else:  # pragma: no cover - the spec validates the kinds
+            raise ValueError(f"unknown window {window!r}")
+        frame = frame.selectExpr("*", f"CASE WHEN {ACCEPTED} THEN {start} END AS wm_start")
+        if isinstance(window, Sliding) and self.spec.late_data is LateData.WINDOW_END and self.horizon is not None:
+            # core.windowing.is_open: an accepted event counts only in its windows that have not closed (its last
+            # window, wm_k = 0, always is)
+            frame = frame.where(f"wm_start IS NULL OR {is_open(f'wm_start + {size}', self.horizon)}")
+        end = str(GLOBAL_END) if isinstance(window, Global) else f"wm_start + {size}"
+        aggregated = frame.groupBy(*self.keys, "wm_start").agg(
+            *[
+                F.expr(e)
+                for e in (
+                    *self.partial_exprs(),
+                    "count(1) AS wm_events",
+                    f"count(CASE WHEN {first_copy} THEN 1 END) AS wm_rows",
+                    f"count(CASE WHEN {_reason_is(*TOO_LATE_REASONS)} THEN 1 END) AS wm_too_late",
+                    f"count(CASE WHEN {_reason_is(LateReason.INVALID_EVENT_TIME.value)} THEN 1 END) AS wm_invalid",
+                    f"count(CASE WHEN {_reason_is(LateReason.INVALID_VALUE.value)} THEN 1 END) AS wm_invalid_value",
+                    f"count(CASE WHEN {_reason_is(LateReason.INVALID_ARRIVAL.value)} THEN 1 END) AS wm_invalid_arrival",
+                    f"max(CASE WHEN {ACCEPTED} OR {_reason_is(*TIME_SEEN_REASONS)} THEN wm_t END) AS wm_max_t",
+                )
+            ]
         )
-        return aggregated.select(
-            *self.keys,
-            starts.cast("long").alias("window_start"),
-            F.when(is_accepted_group, ends.cast("long")).alias("window_end"),
-            *self.partial_columns(),
-            "wm_events",
-            "wm_rows",
-            "wm_too_late",
-            "wm_invalid",
-            "wm_invalid_value",
-            "wm_invalid_arrival",
-            "wm_max_t",
+        # a row has a start only when accepted, so a group with a start is a group of accepted rows: the start is
+        # passed on as it is, and the partials stay hash-partitioned by (keys, window_start) (see combine)
+        return aggregated.selectExpr(
+            *[ident(k) for k in self.keys],
+            "CAST(wm_start AS BIGINT) AS window_start",
+            f"CASE WHEN wm_start IS NOT NULL THEN CAST({end} AS BIGINT) END AS window_end",
+            *[ident(c) for c in self.partial_columns()],
+            *RUN_ROWS,
         )
 
-    def _session_partials(
-        self, frame: DataFrame, groups: list[Column | str], starts: Column, ends: Column
-    ) -> DataFrame:
+    def _session_partials(self, classified: DataFrame, window: Session) -> DataFrame:
         """:meth:`new_partials` for sessions: grouped by the row's reason too, so each group's rows share it and
         the counters are its row count under that reason, set after the aggregation. Spark merges sessions in a
         sort-based aggregation whose every aggregate costs per row (a conditional count per reason made the scan
         about half as slow again); a grouping key that is null on every accepted row costs next to nothing and
         leaves their sessions as they are. Accepted: ``wm_reason`` null, in one group per session; a too-late
         row and an invalid one of the same key sit in groups of their own (at the parking time)."""
-        reason = F.col("wm_reason")
-        aggregated = frame.groupBy(*groups, reason).agg(
-            *self.partial_exprs(), F.count(F.lit(1)).alias("wm_events"), F.max("wm_t").alias("wm_max_t")
+        # session_window drops rows without a time: the others get one far before any valid time
+        ts = f"timestamp_millis(CASE WHEN {ACCEPTED} THEN wm_t ELSE {number(_SESSION_PARKING_MS)} END)"
+        session = F.expr(f"session_window({ts}, '{window.gap_ms} milliseconds')").alias("wm_session")
+        aggregated = classified.groupBy(*self.keys, session, "wm_reason").agg(
+            *[F.expr(e) for e in (*self.partial_exprs(), "count(1) AS wm_events", "max(wm_t) AS wm_max_t")]
         )
-        accepted = reason.isNull()
-        events = F.col("wm_events")
-        return aggregated.select(
-            *self.keys,
-            F.when(accepted, starts).cast("long").alias("window_start"),
-            F.when(accepted, ends.cast("long")).alias("window_end"),
-            *self.partial_columns(),
+
+        def count_of(*reasons: str) -> str:
+            return f"CASE WHEN {_reason_is(*reasons)} THEN wm_events ELSE 0 END"
+
+        # an invalid time is no event time: only accepted, too-late and invalid-value rows count in the run's
+        # highest one
+        return aggregated.selectExpr(
+            *[ident(k) for k in self.keys],
+            f"CASE WHEN {ACCEPTED} THEN CAST(unix_millis(wm_session.start) AS BIGINT) END AS window_start",
+            f"CASE WHEN {ACCEPTED} THEN CAST(unix_millis(wm_session.end) AS BIGINT) END AS window_end",
+            *[ident(c) for c in self.partial_columns()],
             "wm_events",
-            F.col("wm_events").alias("wm_rows"),
-            F.when(reason.isin(*TOO_LATE_REASONS), events).otherwise(0).alias("wm_too_late"),
-            F.when(reason == LateReason.INVALID_EVENT_TIME.value, events).otherwise(0).alias("wm_invalid"),
-            F.when(reason == LateReason.INVALID_VALUE.value, events).otherwise(0).alias("wm_invalid_value"),
-            F.when(reason == LateReason.INVALID_ARRIVAL.value, events).otherwise(0).alias("wm_invalid_arrival"),
-            # an invalid time is no event time: only accepted, too-late and invalid-value rows count in the run's
-            # highest one
-            F.when(accepted | reason.isin(*TIME_SEEN_REASONS), F.col("wm_max_t")).alias("wm_max_t"),
+            "wm_events AS wm_rows",
+            f"{count_of(*TOO_LATE_REASONS)} AS wm_too_late",
+            f"{count_of(LateReason.INVALID_EVENT_TIME.value)} AS wm_invalid",
+            f"{count_of(LateReason.INVALID_VALUE.value)} AS wm_invalid_value",
+            f"{count_of(LateReason.INVALID_ARRIVAL.value)} AS wm_invalid_arrival",
+            f"CASE WHEN {ACCEPTED} OR {_reason_is(*TIME_SEEN_REASONS)} THEN wm_max_t END AS wm_max_t",
         )

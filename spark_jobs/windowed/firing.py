@@ -4,9 +4,10 @@ decide each window's firing, and build the panes (with retractions) and the next
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, GroupedData
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
@@ -16,6 +17,7 @@ from airflow_provider_wm.core.windowing import (
 )
 from airflow_provider_wm.documents import read_document, write_document
 from spark_jobs.common import path_exists
+from spark_jobs.sql_text import case, ident, number, string
 from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open
 from spark_jobs.windowed.rollup import Rollup
 
@@ -28,11 +30,17 @@ def state_schema_url(state: str) -> str:
 
 
 def write_state(state: DataFrame, path: str) -> None:
-    """Write the next state (replacing ``path``), then its schema beside it: the next run reads the state without
-    a Spark job to infer the schema. Written as a read of the files infers it (every field nullable), so both
-    reads see one schema."""
+    """Write the next state (replacing ``path``) with Spark; :func:`write_state_schema` follows once its rows
+    are counted."""
     state.write.mode("overwrite").parquet(path)
-    write_document(state_schema_url(path), _nullable(state.schema).jsonValue())
+
+
+def write_state_schema(path: str, schema: StructType, rows: int) -> None:
+    """Beside the state written at ``path``: its schema and row count, so that the next run reads it without a
+    Spark job to infer the schema, and knows how many windows it holds before reading it
+    (:meth:`Firing.stored_windows`). The schema as a read of the files infers it (every field nullable), so
+    both reads see one schema."""
+    write_document(state_schema_url(path), {**_nullable(schema).jsonValue(), "rows": rows})
 
 
 def _nullable(data_type: DataType) -> Any:
@@ -49,16 +57,30 @@ def _nullable(data_type: DataType) -> Any:
 class Firing(Rollup):
     """Combining, firing and purging windows."""
 
+    @cached_property
+    def _state_document(self) -> dict[str, Any] | None:
+        """What :func:`write_state_schema` wrote beside ``state_in`` (``None``: no state, or one written
+        before it)."""
+        state_in = self.request.state_in
+        return read_document(state_schema_url(state_in)) if state_in else None
+
+    def stored_windows(self) -> int | None:
+        """How many windows ``state_in`` holds (``None``: no state, or not recorded beside it)."""
+        document = self._state_document
+        return None if document is None else document.get("rows")
+
     def read_state(self) -> DataFrame | None:
         """The stored windows of ``state_in``, or ``None``. Read with the schema stored beside them
-        (:func:`write_state`), so no Spark job infers it from a file footer; a state written before that is
-        inferred (and one written before count triggers has ``dirty`` for ``pending``)."""
+        (:func:`write_state_schema`), so no Spark job infers it from a file footer and its columns are known
+        without asking Spark; a state written before that is inferred (and one written before count triggers
+        has ``dirty`` for ``pending``)."""
         state_in = self.request.state_in
         if not state_in:
             return None
-        stored = read_document(state_schema_url(state_in))
+        stored = self._state_document
         if stored is not None:
-            state = self.spark.read.schema(StructType.fromJson(stored)).parquet(state_in)
+            schema = StructType.fromJson(stored)
+            state, columns = self.spark.read.schema(schema).parquet(state_in), schema.fieldNames()
         elif not path_exists(self.spark, state_in):
             return None
         else:
@@ -66,57 +88,49 @@ class Firing(Rollup):
             if "dirty" in state.columns and "pending" not in state.columns:  # written before count triggers
                 state = state.withColumn("dirty", F.col("dirty").cast("long")).withColumnRenamed("dirty", "pending")
                 state = state.select(*[c for c in state.columns if c not in STATE_FLAGS], *STATE_FLAGS)
-        expected = [*self.keys, "window_start", "window_end", *self.partial_columns(), *STATE_FLAGS]
-        if state.columns != expected:
+            columns = state.columns
+        expected = self.state_columns()
+        if columns != expected:
             raise ValueError(
-                f"state {state_in} has columns {state.columns}, expected {expected}: the aggregate's spec changed; "
+                f"state {state_in} has columns {columns}, expected {expected}: the aggregate's spec changed; "
                 "start a new pipeline name (or delete its state) to change keys or aggregates"
             )
         return state
 
+    def state_columns(self) -> list[str]:
+        """A stored window's columns: keys, bounds, partials, then :data:`STATE_FLAGS`."""
+        return [*self.keys, "window_start", "window_end", *self.partial_columns(), *STATE_FLAGS]
+
+    def pane_template(self) -> str:
+        """A window's pane as a struct of its bounds, a timing, an index and its values (SQL text over a frame
+        with the partial columns): :meth:`typed_null` and :meth:`no_panes` take its type from it."""
+        return (
+            "named_struct('window_start', window_start, 'window_end', window_end, 'timing', CAST(NULL AS STRING), "
+            f"'pane_index', CAST(NULL AS BIGINT), 'values', {self.final_values()})"
+        )
+
+    def typed_null(self) -> str:
+        """A null pane of :meth:`pane_template`'s type, without asking Spark for it (the optimizer folds it)."""
+        return f"IF(false, {self.pane_template()}, NULL)"
+
+    def no_panes(self) -> str:
+        """An empty array of panes (:meth:`typed_null`'s type)."""
+        return f"array_repeat({self.typed_null()}, 0)"
+
     def with_fresh_flags(self, partials: DataFrame, carry: Sequence[str] = ()) -> DataFrame:
         """The run's partials as windows of the state's columns (then the columns ``carry``)."""
-        pane = self._pane_type(partials)
-        return partials.select(
-            *self.keys,
-            "window_start",
-            "window_end",
-            *self.partial_columns(),
-            F.col("wm_events").cast("long").alias("pending"),
-            F.lit(False).alias("on_time_fired"),
-            F.lit(None).cast(pane).alias("last_pane"),
-            F.array().cast(self.owed_type(partials)).alias("owed"),
+        return partials.selectExpr(
+            *self._window_and_partials(),
+            "CAST(wm_events AS BIGINT) AS pending",
+            "false AS on_time_fired",
+            f"{self.typed_null()} AS last_pane",
+            f"{self.no_panes()} AS owed",
             *carry,
         )
 
-    def _pane_type(self, partials: DataFrame) -> StructType:
-        """The type of a window's pane (:meth:`pane_struct_type`), from the partials' columns: one schema
-        round trip per run (the partials' types are the same for the rest of it)."""
-        cached: StructType | None = getattr(self, "_pane", None)
-        if cached is None:
-            values = partials.select(self.final_values().alias("v")).schema["v"].dataType
-            assert isinstance(values, StructType)
-            cached = self._pane = self.pane_struct_type(values)
-        return cached
-
-    def owed_type(self, partials: DataFrame) -> str:
-        """The type of ``owed``, the panes a window owes retractions for."""
-        return f"array<{self._pane_type(partials).simpleString()}>"
-
-    @staticmethod
-    def pane_struct_type(values: StructType) -> StructType:
-        return StructType.fromJson(
-            {
-                "type": "struct",
-                "fields": [
-                    {"name": "window_start", "type": "long", "nullable": True, "metadata": {}},
-                    {"name": "window_end", "type": "long", "nullable": True, "metadata": {}},
-                    {"name": "timing", "type": "string", "nullable": True, "metadata": {}},
-                    {"name": "pane_index", "type": "long", "nullable": True, "metadata": {}},
-                    {"name": "values", "type": values.jsonValue(), "nullable": True, "metadata": {}},
-                ],
-            }
-        )
+    def _window_and_partials(self) -> list[str]:
+        """A window's keys, bounds and partials (quoted)."""
+        return [ident(c) for c in (*self.keys, "window_start", "window_end", *self.partial_columns())]
 
     def combine(self, fresh: DataFrame, state: DataFrame | None, carry: Sequence[str] = ()) -> DataFrame:
         """Stored windows plus the run's partials: one row per window (rule 4). ``carry``: columns of ``fresh``
@@ -125,154 +139,148 @@ class Firing(Rollup):
         a window (too-late or invalid rows, counted there) stays a row without a window."""
         if state is None:
             return fresh
-        both = state.withColumn("wm_old", F.lit(True)).unionByName(
-            fresh.withColumn("wm_old", F.lit(False)), allowMissingColumns=bool(carry)
+        both = state.selectExpr("*", "true AS wm_old").unionByName(
+            fresh.selectExpr("*", "false AS wm_old"), allowMissingColumns=bool(carry)
         )
-        counters = [carried(c) for c in carry]
+        window = [*self.keys, "window_start", "window_end"]
+        flags = ["sum(pending) AS pending", "bool_or(on_time_fired) AS on_time_fired"]
+        last_pane = "first(last_pane, true) AS last_pane"
+        # only merged sessions owe retractions (core.windowing.run): any other window's are always none, so they
+        # are not aggregated (collect_list made the group-by an object aggregate that sorts past 128 windows)
+        no_owed = f"{self.no_panes()} AS owed"
         if self.spec.upstream is not None:  # a rollup's fresh partials are recomputed from the live panes
             assert not carry, "a rollup's totals come from its pane rows"
-            partials = F.max_by(F.struct(*self.partial_columns()), ~F.col("wm_old")).alias("wm_partials")
-            return both.groupBy(*self.keys, "window_start", "window_end").agg(
-                partials,
-                F.sum("pending").alias("pending"),
-                F.bool_or("on_time_fired").alias("on_time_fired"),
-                F.first("last_pane", ignorenulls=True).alias("last_pane"),
-                F.flatten(F.collect_list("owed")).alias("owed"),
-            ).select(
-                *self.keys, "window_start", "window_end",
-                *[F.col(f"wm_partials.{c}").alias(c) for c in self.partial_columns()],
-                *STATE_FLAGS,
+            fields = ", ".join(f"{string(c)}, {ident(c)}" for c in self.partial_columns())
+            partials = f"max_by(named_struct({fields}), NOT wm_old) AS wm_partials"
+            return _aggregate(both.groupBy(*window), partials, *flags, last_pane).selectExpr(
+                *[ident(c) for c in window],
+                *[f"wm_partials.{ident(c)} AS {ident(c)}" for c in self.partial_columns()],
+                "pending", "on_time_fired", "last_pane", no_owed,
             )  # fmt: skip
+        counters = [carried(c) for c in carry]
         if not self.spec.output_window.merging:
-            return both.groupBy(*self.keys, "window_start", "window_end").agg(
-                *self.merge_exprs(),
-                F.sum("pending").alias("pending"),
-                F.bool_or("on_time_fired").alias("on_time_fired"),
-                F.first("last_pane", ignorenulls=True).alias("last_pane"),
-                F.flatten(F.collect_list("owed")).alias("owed"),
-                *counters,
-            )
+            merged = _aggregate(both.groupBy(*window), *self.merge_exprs(), *flags, last_pane, *counters)
+            return merged.selectExpr(*self._window_and_partials(), *STATE_FLAGS[:3], no_owed, *carry)
         # sessions: a row starts a new group unless it starts at or before the end so far of the key's rows
-        ordered = Window.partitionBy(*self.keys).orderBy("window_start", "window_end")
-        end_so_far = F.max("window_end").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
-        starts_group = F.when(end_so_far.isNull() | (F.col("window_start") > end_so_far), 1).otherwise(0)
-        grouped = both.withColumn("wm_starts", starts_group).withColumn(
-            "wm_group", F.sum("wm_starts").over(ordered.rowsBetween(Window.unboundedPreceding, 0))
+        keys = ", ".join(ident(k) for k in self.keys)
+        order = f"{f'PARTITION BY {keys} ' if keys else ''}ORDER BY window_start, window_end"
+        end_so_far = f"max(window_end) OVER ({order} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+        grouped = both.selectExpr(
+            "*", f"CASE WHEN coalesce(window_start <= {end_so_far}, false) THEN 0 ELSE 1 END AS wm_starts"
+        ).selectExpr("*", f"sum(wm_starts) OVER ({order} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS wm_group")
+        member = (
+            "named_struct('window_start', window_start, 'window_end', window_end, 'on_time_fired', on_time_fired, "
+            "'last_pane', last_pane, 'owed', owed)"
         )
-        old = F.col("wm_old")
-        member = F.struct("window_start", "window_end", "on_time_fired", "last_pane", "owed")
-        merged = grouped.groupBy(*self.keys, "wm_group").agg(
-            F.min("window_start").alias("window_start"),
-            F.max("window_end").alias("window_end"),
+        merged = _aggregate(
+            grouped.groupBy(*self.keys, "wm_group"),
+            "min(window_start) AS window_start",
+            "max(window_end) AS window_end",
             *self.merge_exprs(),
-            F.sum("pending").alias("pending"),  # a session's own pending events, its members' and the new ones
-            F.collect_list(F.when(old, member)).alias("wm_members"),
+            "sum(pending) AS pending",  # a session's own pending events, its members' and the new ones
+            f"collect_list(CASE WHEN wm_old THEN {member} END) AS wm_members",
             *counters,
         )
-        only = F.get(F.col("wm_members"), 0)
-        same = (F.size("wm_members") == 1) & (only["window_start"] == F.col("window_start"))
-        same = same & (only["window_end"] == F.col("window_end"))
-        owed_by_members: Column = F.array().cast(self.owed_type(fresh))
+        only = "get(wm_members, 0)"
+        same = f"size(wm_members) = 1 AND {only}.window_start = window_start AND {only}.window_end = window_end"
+        owed_by_members = self.no_panes()
         if self.spec.retracting:  # a merged session owes every member's retractions and last pane
-            owed_by_members = F.flatten(
-                F.transform(
-                    "wm_members",
-                    lambda m: F.concat(m["owed"], F.filter(F.array(m["last_pane"]), lambda p: p.isNotNull())),
-                )
+            owed_by_members = (
+                "flatten(transform(wm_members, m -> concat(m.owed, filter(array(m.last_pane), p -> p IS NOT NULL))))"
             )
-        return merged.select(
-            *self.keys,
-            "window_start",
-            "window_end",
-            *self.partial_columns(),
+        return merged.selectExpr(
+            *self._window_and_partials(),
             "pending",
-            F.when(same, only["on_time_fired"]).otherwise(False).alias("on_time_fired"),
-            F.when(same, only["last_pane"]).alias("last_pane"),
-            F.when(same, only["owed"]).otherwise(owed_by_members).alias("owed"),
+            f"CASE WHEN {same} THEN {only}.on_time_fired ELSE false END AS on_time_fired",
+            f"CASE WHEN {same} THEN {only}.last_pane END AS last_pane",
+            f"CASE WHEN {same} THEN {only}.owed ELSE {owed_by_members} END AS owed",
             *carry,
         )
 
     def decide(self, windows: DataFrame, watermark: int | None) -> DataFrame:
         """Rules 5-7 row by row: ``wm_timing`` (null: no firing), ``wm_fires``, ``wm_purged``, ``wm_values``."""
         spec = self.spec
-        end = F.col("window_end")
         if watermark is None:
-            complete, purged = F.lit(False), F.lit(False)
+            complete, purged = "false", "false"
         else:
-            complete = F.lit(watermark) >= end
-            purged = ~is_open(end, watermark - spec.allowed_lateness_ms)
-        pending = F.col("pending")
-        dirty = pending > 0
-        early = F.lit(spec.early_firing) if spec.early_firing_count is None else pending >= spec.early_firing_count
-        late = F.lit(spec.late_firing) if spec.late_firing_count is None else pending >= spec.late_firing_count
-        timing = (
-            F.when(complete & ~F.col("on_time_fired"), Timing.ON_TIME.value)
-            .when(complete & dirty & (late | purged), Timing.LATE.value)
-            .when(~complete & dirty & early, Timing.EARLY.value)
+            complete = f"{number(watermark)} >= window_end"
+            purged = f"NOT ({is_open('window_end', watermark - spec.allowed_lateness_ms)})"
+        dirty = "pending > 0"
+        early = str(spec.early_firing) if spec.early_firing_count is None else f"pending >= {spec.early_firing_count}"
+        late = str(spec.late_firing) if spec.late_firing_count is None else f"pending >= {spec.late_firing_count}"
+        timing = case(
+            (f"{complete} AND NOT on_time_fired", string(Timing.ON_TIME.value)),
+            (f"{complete} AND {dirty} AND ({late} OR {purged})", string(Timing.LATE.value)),
+            (f"NOT ({complete}) AND {dirty} AND {early}", string(Timing.EARLY.value)),
         )
         values = self.final_values()
-        skip = F.lit(False)
+        skip = "false"
         if spec.fire_only_updated_panes:
-            skip = (F.size("owed") == 0) & F.col("last_pane").isNotNull() & F.col("last_pane.values").eqNullSafe(values)
-        return windows.select(
+            skip = f"size(owed) = 0 AND last_pane IS NOT NULL AND last_pane.values <=> {values}"
+        return windows.selectExpr(
             "*",
-            timing.alias("wm_timing"),
-            (timing.isNotNull() & ~skip).alias("wm_fires"),
-            purged.alias("wm_purged"),
-            values.alias("wm_values"),
+            f"{timing} AS wm_timing",
+            f"({timing}) IS NOT NULL AND NOT ({skip}) AS wm_fires",
+            f"{purged} AS wm_purged",
+            f"{values} AS wm_values",
+        )
+
+    def _new_pane(self) -> str:
+        """The pane a deciding window fires (over :meth:`decide`'s columns): index 0, or one after its last."""
+        index = "CASE WHEN last_pane IS NULL THEN 0 ELSE last_pane.pane_index + 1 END"
+        return (
+            "named_struct('window_start', window_start, 'window_end', window_end, 'timing', wm_timing, "
+            f"'pane_index', CAST({index} AS BIGINT), 'values', wm_values)"
         )
 
     def panes(self, decided: DataFrame, watermark: int | None) -> DataFrame:
         """The pane rows: retractions (retracting mode) and the new panes of the windows that fire."""
         fired = decided.where("wm_fires")
-        index = F.when(F.col("last_pane").isNull(), F.lit(0)).otherwise(F.col("last_pane.pane_index") + 1)
-        new_pane = F.struct(
-            "window_start",
-            "window_end",
-            F.col("wm_timing").alias("timing"),
-            index.cast("long").alias("pane_index"),
-            F.col("wm_values").alias("values"),
-        )
-        rows = fired.select(*self.keys, F.lit(False).alias("retraction"), new_pane.alias("pane"))
+        keys = [ident(k) for k in self.keys]
+        rows = fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane")
         if self.spec.retracting:
-            retracted = F.concat("owed", F.filter(F.array("last_pane"), lambda p: p.isNotNull()))
-            rows = fired.select(
-                *self.keys, F.lit(True).alias("retraction"), F.explode(retracted).alias("pane")
-            ).unionByName(rows)
-        names = [a.name for a in self.spec.aggregates]
-        return rows.select(
-            F.col("pane.window_start").alias("window_start"),
-            F.col("pane.window_end").alias("window_end"),
-            *self.keys,
-            *[F.col(f"pane.values.{n}").alias(n) for n in names],
-            F.col("pane.timing").alias("pane"),
-            F.col("pane.pane_index").alias("pane_index"),
+            retracted = "concat(owed, filter(array(last_pane), p -> p IS NOT NULL))"
+            rows = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane").unionByName(rows)
+        names = [ident(a.name) for a in self.spec.aggregates]
+        watermark_ms = "NULL" if watermark is None else number(watermark)
+        return rows.selectExpr(  # the columns of pane_columns()
+            "pane.window_start AS window_start",
+            "pane.window_end AS window_end",
+            *keys,
+            *[f"pane.values.{n} AS {n}" for n in names],
+            "pane.timing AS pane",
+            "pane.pane_index AS pane_index",
             "retraction",
-            F.lit(watermark).cast("long").alias("watermark_ms"),
-            F.lit(self.run_id).alias("run_id"),
+            f"CAST({watermark_ms} AS BIGINT) AS watermark_ms",
+            f"{string(self.run_id)} AS run_id",
         )
 
+    def pane_columns(self) -> list[str]:
+        """A pane row's columns (:meth:`panes`): the window, keys, aggregates, then the pane's metadata."""
+        names = [a.name for a in self.spec.aggregates]
+        return ["window_start", "window_end", *self.keys, *names, "pane", "pane_index", "retraction", "watermark_ms",
+                "run_id"]  # fmt: skip
+
     def next_state(self, decided: DataFrame) -> DataFrame:
-        fires, timing = F.col("wm_fires"), F.col("wm_timing")
-        index = F.when(F.col("last_pane").isNull(), F.lit(0)).otherwise(F.col("last_pane.pane_index") + 1)
-        new_pane = F.struct(
-            "window_start", "window_end", timing.alias("timing"), index.cast("long").alias("pane_index"),
-            F.col("wm_values").alias("values"),
-        )  # fmt: skip
-        partials: list[Column] = [F.col(c) for c in self.partial_columns()]
+        """The windows kept (not purged) after firing: a fired window has no pending events, its new pane as its
+        last and no retractions owed; DISCARDING resets its partials (a count to 0, anything else to null)."""
+        partials = [ident(c) for c in self.partial_columns()]
         if self.spec.accumulation is Accumulation.DISCARDING:
+            counting = self.counting_partials()
             partials = [
-                F.when(fires, empty).otherwise(F.col(c)).alias(c)
-                for c, empty in zip(self.partial_columns(), self.empty_partials(decided), strict=True)
+                f"CASE WHEN wm_fires THEN {'0' if c in counting else 'NULL'} ELSE {ident(c)} END AS {ident(c)}"
+                for c in self.partial_columns()
             ]
-        return decided.where(~F.col("wm_purged")).select(
-            *self.keys,
-            "window_start",
-            "window_end",
+        return decided.where("NOT wm_purged").selectExpr(
+            *[ident(c) for c in (*self.keys, "window_start", "window_end")],
             *partials,
-            F.when(timing.isNotNull(), F.lit(0).cast("long")).otherwise(F.col("pending")).alias("pending"),
-            (F.col("on_time_fired") | F.coalesce(timing == Timing.ON_TIME.value, F.lit(False))).alias("on_time_fired"),
-            F.when(fires, new_pane).otherwise(F.col("last_pane")).alias("last_pane"),
-            # never null: empty, of the column's own type
-            F.when(fires, F.slice("owed", 1, 0)).otherwise(F.col("owed")).alias("owed"),
+            "CASE WHEN wm_timing IS NOT NULL THEN CAST(0 AS BIGINT) ELSE pending END AS pending",
+            f"on_time_fired OR coalesce(wm_timing = {string(Timing.ON_TIME.value)}, false) AS on_time_fired",
+            f"CASE WHEN wm_fires THEN {self._new_pane()} ELSE last_pane END AS last_pane",
+            "CASE WHEN wm_fires THEN slice(owed, 1, 0) ELSE owed END AS owed",  # never null: empty, of its own type
         )
+
+
+def _aggregate(grouped: GroupedData, *expressions: str) -> DataFrame:
+    """``grouped.agg`` of aggregate expressions given as SQL text."""
+    return grouped.agg(*[F.expr(e) for e in expressions])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -19,6 +21,8 @@ from airflow_provider_wm.core.windowing import (
     next_watermark,
 )
 from spark_jobs.common import job_session, submit_main
+from spark_jobs.driver_outputs import driver_can_write, fetch_tables, replace_folder, spark_schema
+from spark_jobs.sql_text import ident, string
 from spark_jobs.windowed.base import (
     JOB_COLUMNS,
     RUN_COUNTERS,
@@ -26,8 +30,21 @@ from spark_jobs.windowed.base import (
     checkpoint_with_totals,
     run_totals,
 )
-from spark_jobs.windowed.firing import Firing, write_state
+from spark_jobs.windowed.firing import Firing, write_state, write_state_schema
 from spark_jobs.windowed.rollup import ROLLUP_LATE_REASONS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a run wrote of its windows: ``fired`` counts the panes by timing (``EARLY``, ``ON_TIME``, ``LATE``),
+    the ``retractions``, the ``windows`` decided and those ``purged``; ``fired_hours`` the hours of the panes'
+    windows (when the request asked); ``writer`` what wrote the files (``arrow``: the driver, ``spark``)."""
+
+    fired: dict[str, int]
+    fired_hours: list[int] | None
+    writer: str
 
 
 class Job(Firing):
@@ -35,53 +52,56 @@ class Job(Firing):
 
     def run_rollup(self, started: float) -> WindowedManifest:
         """A rollup's run: its watermark is its upstream's stream (a ``StoreWatermark``, validated by the spec),
-        known before any pane row is read, so the run's totals are observed while the live snapshot is written
-        instead of counted first (:meth:`Rollup.write_live`). :meth:`Rollup.live_panes` (one shuffle: the
-        partials per target window and the live panes of the windows still open) is materialised once and read
-        by the three writes: the live snapshot, the panes and the state. The late rows are read again only when
-        there are some."""
+        known before any pane row is read. :meth:`Rollup.live_panes` (one shuffle: the partials per target window
+        and the live panes of the windows still open) is materialised once with the run's totals
+        (:meth:`Rollup.roll`); the live snapshot, the panes and the state are projections of it, written together
+        (:meth:`write_windows`). The late rows are read again only when there are some."""
         request = self.request
         assert isinstance(self.spec.watermark, StoreWatermark), "validated by AggregationSpec"
         watermark = self.watermark(None)  # no pane row moves a store's watermark
         panes = self.read_panes()
         classified = None if panes is None else self.classify_panes(panes)
         horizon = None if watermark is None else watermark - self.spec.allowed_lateness_ms
-        written = self.write_live(classified, self.read_live(), horizon)
+        rolled = self.roll(classified, self.read_live(), horizon)
         counts: dict[str | None, int] = {}
         max_times: list[int | None] = [self.previous_max_event]
         fresh: DataFrame | None = None
-        live_path = None
-        if written is not None:
-            rolled, row = written
-            live_path = request.live_out
+        live: tuple[DataFrame, list[str]] | None = None
+        size = 0
+        if rolled is not None:
+            checkpoint, row = rolled
+            live, size = self.live_after(checkpoint), int(row["checkpointed"])
             if classified is not None:
                 counts = {r.value: int(row[r.value]) for r in ROLLUP_LATE_REASONS if row[r.value]}
                 counts[None] = int(row["rows"]) - sum(counts.values())
                 max_times.append(row["max_t"])
+                fresh = self.with_fresh_flags(self.fresh_windows(checkpoint))
             if panes is not None and classified is not None and len(counts) > 1:
                 self._write_late_panes(panes, classified)
-            if classified is not None:
-                fresh = self.with_fresh_flags(self.fresh_windows(rolled))
         seen = [v for v in max_times if v is not None]
         max_event_time = max(seen) if seen else None
         state = self.read_state()
-        if fresh is None and state is None:
-            manifest = self._manifest(started, counts, watermark, max_event_time, None, None, live_path)
-            return replace(manifest, fired_hours_ms=[] if request.fired_hours else None)
         windows = self.combine(fresh, state) if fresh is not None else state
-        assert windows is not None
-        fired = self.write_windows(windows, watermark)
-        manifest = self._manifest(started, counts, watermark, max_event_time, fired, request.state_out, live_path)
-        return replace(manifest, fired_hours_ms=self._fired_hours() if request.fired_hours else None)
+        stored = 0 if state is None else self.stored_windows()
+        written = self.write_windows(windows, watermark, None if stored is None else size + stored, live=live)
+        live_path = None if live is None else request.live_out
+        state_path = None if windows is None else request.state_out
+        manifest = self._manifest(started, counts, watermark, max_event_time, written, state_path, live_path)
+        empty: list[int] | None = [] if request.fired_hours else None
+        return replace(manifest, fired_hours_ms=empty if written is None else written.fired_hours)
 
     def _write_late_panes(self, panes: DataFrame, classified: DataFrame) -> None:
         """The invalid and too-late pane rows (read again: only a run that has some writes them)."""
-        late = classified.where(F.col("wm_reason").isNotNull()).select(
-            *[F.col(c).alias(f"upstream_{c}") if c == "run_id" else c for c in panes.columns if c != RUN_PARTITION],
+        late = classified.where("wm_reason IS NOT NULL").selectExpr(
+            *[
+                f"{ident(c)} AS upstream_{c}" if c == "run_id" else ident(c)
+                for c in panes.columns
+                if c != RUN_PARTITION
+            ],
             # a long, also when the session infers partition columns as strings
-            F.col(RUN_PARTITION).cast("long").alias(f"upstream_{RUN_PARTITION}"),
-            F.col("wm_reason").alias("reason"),
-            F.lit(self.run_id).alias("run_id"),
+            f"CAST({RUN_PARTITION} AS BIGINT) AS upstream_{RUN_PARTITION}",
+            "wm_reason AS reason",
+            f"{string(self.run_id)} AS run_id",
         )
         self._write_run_partition(late, self.request.late_output)
 
@@ -96,10 +116,9 @@ class Job(Firing):
             return self.run_rollup(started)
         events = self.read_merged_events() if request.inputs else self.read_events()
         counts: dict[str | None, int] = {}
-        fresh: DataFrame | None = None
         max_times: list[int | None] = [self.previous_max_event]
-        state: DataFrame | None = None
         windows: DataFrame | None = None
+        windows_count: int | None = None
         if events is not None:
             classified = self.classified(events)
             partials = self.new_partials(classified)
@@ -107,60 +126,149 @@ class Job(Firing):
             if state is None:
                 # one row per (keys, window), and rows without a window that count the rows not accepted
                 checkpoint, observed = checkpoint_with_totals(partials, *run_totals())
-                fresh = self.with_fresh_flags(checkpoint.where(F.col("window_start").isNotNull()))
+                windows = self.with_fresh_flags(checkpoint.where("window_start IS NOT NULL"))
             else:
                 # merged with the stored windows before the checkpoint, the run's counters carried per window: the
-                # totals and both writes read one checkpoint, and the partials' group-by and the merge's shuffle
+                # totals and the outputs read one checkpoint, and the partials' group-by and the merge's shuffle
                 # run in one pass (the windows: one row per open window or window of the run)
                 if not self.spec.output_window.merging:
                     # hash-partitioned as the partials come out of their group-by, (keys, window_start): the union
                     # keeps that partitioning, so the merge's group-by needs no shuffle of its own (the state's and
-                    # the events' shuffles run side by side, and the merge runs with the checkpoint's write)
+                    # the events' shuffles run side by side, and the merge runs in the checkpoint's stage)
                     state = state.repartition(*self.keys, "window_start")
                 merged = self.combine(self.with_fresh_flags(partials, RUN_COUNTERS), state, RUN_COUNTERS)
                 checkpoint, observed = checkpoint_with_totals(merged, *run_totals())
-                windows = checkpoint.where(F.col("window_start").isNotNull()).drop(*RUN_COUNTERS)
+                windows = checkpoint.where("window_start IS NOT NULL").drop(*RUN_COUNTERS)
             counts = self.event_counts(observed)
             max_times.append(observed["max_t"])
+            windows_count = int(observed["windows"])
             if any(n for reason, n in counts.items() if reason is not None):
-                late = classified.where(F.col("wm_reason").isNotNull()).select(
-                    *[c for c in events.columns if c not in JOB_COLUMNS],
-                    F.col("wm_reason").alias("reason"),
-                    F.lit(self.run_id).alias("run_id"),
+                late = classified.where("wm_reason IS NOT NULL").selectExpr(
+                    *[ident(c) for c in events.columns if c not in JOB_COLUMNS],
+                    "wm_reason AS reason",
+                    f"{string(self.run_id)} AS run_id",
                 )
                 self._write_run_partition(late, request.late_output)
+        else:
+            windows, windows_count = self.read_state(), self.stored_windows()
         seen = [v for v in max_times if v is not None]
         max_event_time = max(seen) if seen else None
         watermark = self.watermark(max_event_time)
         if windows is None:
-            if events is None:  # the events path has read it
-                state = self.read_state()
-            if fresh is None and state is None:
-                manifest = self._manifest(started, counts, watermark, max_event_time, None, None)
-                return replace(manifest, fired_hours_ms=[] if request.fired_hours else None)
-            windows = self.combine(fresh, state) if fresh is not None else state
-        assert windows is not None
-        fired = self.write_windows(windows, watermark)
-        manifest = self._manifest(started, counts, watermark, max_event_time, fired, request.state_out)
-        return replace(manifest, fired_hours_ms=self._fired_hours() if request.fired_hours else None)
+            manifest = self._manifest(started, counts, watermark, max_event_time, None, None)
+            return replace(manifest, fired_hours_ms=[] if request.fired_hours else None)
+        written = self.write_windows(windows, watermark, windows_count, windows_count)
+        assert written is not None, "there are windows"
+        manifest = self._manifest(started, counts, watermark, max_event_time, written, request.state_out)
+        return replace(manifest, fired_hours_ms=written.fired_hours)
 
-    def write_windows(self, windows: DataFrame, watermark: int | None) -> dict[str, Any]:
-        """Decide ``windows`` (twice, for the panes and the state: a projection of one checkpoint or of the state
-        alone), write the run's panes and the next state; the windows fired, by timing, and kept or purged."""
+    def write_windows(
+        self,
+        windows: DataFrame | None,
+        watermark: int | None,
+        size: int | None,
+        windows_count: int | None = None,
+        live: tuple[DataFrame, list[str]] | None = None,
+    ) -> Written | None:
+        """Decide ``windows`` (``windows_count`` of them, when known) and write the run's panes and the next
+        state, both projections of the decided windows (of one checkpoint, or of the state alone), and a rollup's
+        ``live`` snapshot (a frame and its columns): from the driver when the rows the outputs are projected from
+        are known to be at most ``driver_output_rows`` (``size``) and fsspec can write every folder
+        (:mod:`spark_jobs.driver_outputs`), else with Spark (also when the driver's write fails). ``None``: no
+        windows (only the live snapshot, if any, was written)."""
         request = self.request
-        decided = self.decide(windows, watermark)
+        decided = None if windows is None else self.decide(windows, watermark)
+        partition = f"{request.output.rstrip('/')}/{RUN_PARTITION}={self.version}"
+        folders = [
+            *([] if decided is None else [partition, request.state_out]),
+            *([] if live is None else [self._live_out]),
+        ]
+        if size is not None and size <= request.driver_output_rows and driver_can_write(*folders):
+            try:
+                return self._write_from_driver(decided, watermark, partition, windows_count, live)
+            except OSError as exc:
+                log.warning("writing the outputs from the driver failed (%s); writing them with Spark", exc)
+        return self._write_with_spark(decided, watermark, live)
+
+    @property
+    def _live_out(self) -> str:
+        if self.request.live_out is None:
+            raise ValueError("a rollup's request needs live_out")
+        return self.request.live_out
+
+    def _write_from_driver(
+        self,
+        decided: DataFrame | None,
+        watermark: int | None,
+        partition: str,
+        windows_count: int | None,
+        live: tuple[DataFrame, list[str]] | None,
+    ) -> Written | None:
+        """The outputs fetched in one Spark action and written by pyarrow; the counts taken from the fetched rows
+        (the windows not kept in the state were purged; when their number is not known, it is fetched too)."""
+        request = self.request
+        projections: list[tuple[DataFrame, Sequence[str]]] = [] if live is None else [live]
+        if decided is not None:
+            projections += [
+                (self.panes(decided, watermark), self.pane_columns()),
+                (self.next_state(decided), self.state_columns()),
+            ]
+            if windows_count is None:
+                projections.append((decided.agg(F.expr("count(1) AS windows")), ["windows"]))
+        tables = fetch_tables(projections)
+        if live is not None:
+            replace_folder(tables.pop(0), self._live_out)
+        if decided is None:
+            return None
+        panes, state = tables[0], tables[1]
+        if windows_count is None:
+            windows_count = int(tables[2].column("windows")[0].as_py())
+        replace_folder(panes, partition)
+        replace_folder(state, request.state_out)
+        write_state_schema(request.state_out, spark_schema(state), state.num_rows)
+        retraction = panes.column("retraction")
+        timing = panes.filter(pc.invert(retraction)).column("pane")
+        fired = {t.value: int(pc.sum(pc.equal(timing, t.value)).as_py() or 0) for t in Timing}
+        fired["retractions"] = int(pc.sum(retraction).as_py() or 0)
+        fired["windows"], fired["purged"] = windows_count, windows_count - state.num_rows
+        hours = None
+        if request.fired_hours:  # a global window starts at no hour
+            starts = panes.column("window_start")
+            starts = pc.filter(starts, pc.greater_equal(starts, 0))
+            hours = sorted({start - start % HOUR_MS for start in starts.to_pylist()})
+        return Written(fired, hours, "arrow")
+
+    def _write_with_spark(
+        self, decided: DataFrame | None, watermark: int | None, live: tuple[DataFrame, list[str]] | None
+    ) -> Written | None:
+        """The outputs written by Spark, the windows fired counted as the state is written."""
+        request = self.request
+        if live is not None:
+            live[0].write.mode("overwrite").parquet(self._live_out)
+        if decided is None:
+            return None
         self._write_run_partition(self.panes(decided, watermark), request.output)
         fired_counts = Observation("fired")
-        fires = F.col("wm_fires")
         counted = decided.observe(
             fired_counts,
-            *[F.count(F.when(fires & (F.col("wm_timing") == t.value), 1)).alias(t.value) for t in Timing],
-            F.sum(F.when(fires, F.size("owed") + F.col("last_pane").isNotNull().cast("int"))).alias("retractions"),
-            F.count(F.lit(1)).alias("windows"),
-            F.count(F.when(F.col("wm_purged"), 1)).alias("purged"),
+            *[
+                F.expr(count)
+                for count in (
+                    *[
+                        f"count(CASE WHEN wm_fires AND wm_timing = {string(t.value)} THEN 1 END) AS {t.value}"
+                        for t in Timing
+                    ],
+                    "sum(CASE WHEN wm_fires THEN size(owed) + CAST(last_pane IS NOT NULL AS INT) END) AS retractions",
+                    "count(1) AS windows",
+                    "count(CASE WHEN wm_purged THEN 1 END) AS purged",
+                )
+            ],
         )
-        write_state(self.next_state(counted), request.state_out)
-        return fired_counts.get
+        state = self.next_state(counted)
+        write_state(state, request.state_out)
+        fired = {name: int(value or 0) for name, value in fired_counts.get.items()}
+        write_state_schema(request.state_out, state.schema, fired["windows"] - fired["purged"])
+        return Written(fired, self._fired_hours() if request.fired_hours else None, "spark")
 
     def _fired_hours(self) -> list[int]:
         """The distinct UTC hours (epoch ms) in which the windows of this run's panes start, read back from the
@@ -189,11 +297,12 @@ class Job(Firing):
         counts: dict[str | None, int],
         watermark: int | None,
         max_event_time: int | None,
-        fired: Any,
+        written: Written | None,
         state_path: str | None,
         live_path: str | None = None,
     ) -> WindowedManifest:
         request = self.request
+        fired = None if written is None else written.fired
         pane_counts = {t.value: int(fired[t.value]) if fired else 0 for t in Timing}
         pane_counts["RETRACTION"] = int(fired["retractions"] or 0) if fired and self.spec.retracting else 0
         late = any(n for reason, n in counts.items() if reason is not None)
@@ -225,6 +334,7 @@ class Job(Firing):
             "late_output": request.late_output if late else None,
             "state_path": state_path,
             "live_path": live_path,
+            "writer": None if written is None else written.writer,
             "duration_s": round(time.time() - started, 3),
         }
         return WindowedManifest.from_json(manifest)

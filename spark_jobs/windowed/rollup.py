@@ -3,9 +3,9 @@ live pane of each upstream window, and recomputes the partials of the windows th
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, GroupedData, Row
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
@@ -18,7 +18,8 @@ from airflow_provider_wm.core.windowing import (
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
 from spark_jobs.common import path_exists, read_dataset
-from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, is_open
+from spark_jobs.sql_text import case, ident, number, string
+from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
 from spark_jobs.windowed.events import Events
 
 
@@ -32,28 +33,30 @@ class Rollup(Events):
         panes = None if request.events is None else read_dataset(self.spark, request.events, job_output=True)
         if panes is None:
             return None
+        self._pane_schema = panes.schema
         needed = ["window_start", "window_end", "pane_index", "retraction", RUN_PARTITION, *self.keys]
-        missing = [c for c in needed if c not in panes.columns]
+        missing = [c for c in needed if c not in self._pane_schema.names]
         if missing:
-            raise ValueError(f"upstream panes {request.events} lack the columns {missing}; have {panes.columns}")
-        run = F.col(RUN_PARTITION).cast("long")
-        condition = run <= F.lit(request.arrival_until_ms)
+            raise ValueError(
+                f"upstream panes {request.events} lack the columns {missing}; have {self._pane_schema.names}"
+            )
+        condition = f"CAST({RUN_PARTITION} AS BIGINT) <= {number(request.arrival_until_ms)}"
         if request.arrival_from_ms is not None:
-            condition = condition & (run > F.lit(request.arrival_from_ms))
+            condition += f" AND CAST({RUN_PARTITION} AS BIGINT) > {number(request.arrival_from_ms)}"
         return panes.where(condition)
 
-    def target_bounds(self, fine_start: Column, fine_end: Column) -> tuple[Column, Column]:
-        """:meth:`AggregationSpec.target_window` as columns."""
+    def target_bounds(self, fine_start: str, fine_end: str) -> tuple[str, str]:
+        """:meth:`AggregationSpec.target_window` as SQL text."""
         window = self.spec.window
         if window is None:
             return fine_start, fine_end
         assert isinstance(window, Tumbling)  # validated by the spec
-        start = fine_start - F.pmod(fine_start - F.lit(window.offset_ms), F.lit(window.size_ms))
-        return start, start + F.lit(window.size_ms)
+        start = f"{fine_start} - pmod({fine_start} - {number(window.offset_ms)}, {window.size_ms})"
+        return start, f"{start} + {window.size_ms}"
 
-    def value_columns(self, panes: DataFrame) -> list[str]:
-        """The upstream's aggregate columns (what the rollup's aggregates read)."""
-        return [c for c in panes.columns if c not in (*OUTPUT_COLUMNS, RUN_PARTITION, *self.keys)]
+    def value_columns(self, columns: Sequence[str]) -> list[str]:
+        """The upstream's aggregate columns among ``columns`` (what the rollup's aggregates read)."""
+        return [c for c in columns if c not in (*OUTPUT_COLUMNS, RUN_PARTITION, *self.keys)]
 
     def read_live(self) -> DataFrame | None:
         live_in = self.request.live_in
@@ -65,25 +68,29 @@ class Rollup(Events):
         """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (not
         :func:`~airflow_provider_wm.core.windowing.pane_window_is_valid`), ``TOO_LATE`` (the window they land
         in is purged: ``end <= W_prev - L``) or null. No window arithmetic is evaluated on an invalid window."""
-        fine_start, fine_end = F.col("window_start").cast("long"), F.col("window_end").cast("long")
+        fine_start, fine_end = "CAST(window_start AS BIGINT)", "CAST(window_end AS BIGINT)"
         _, target_end = self.target_bounds(fine_start, fine_end)
-        reason = F.when(~self.valid_pane_window(fine_start, fine_end), LateReason.INVALID_WINDOW.value)
+        branches = [(f"NOT ({self.valid_pane_window(fine_start, fine_end)})", string(LateReason.INVALID_WINDOW.value))]
         if self.previous_watermark is not None:
-            reason = reason.when(~is_open(target_end, self.horizon), LateReason.TOO_LATE.value)
-        return panes.withColumn("wm_reason", reason)
+            branches.append((f"NOT ({is_open(target_end, self.horizon)})", string(LateReason.TOO_LATE.value)))
+        return panes.selectExpr("*", f"{case(*branches)} AS wm_reason")
 
-    def valid_pane_window(self, start: Column, end: Column) -> Column:
-        """:func:`~airflow_provider_wm.core.windowing.pane_window_is_valid` as a column, never null; each
+    def valid_pane_window(self, start: str, end: str) -> str:
+        """:func:`~airflow_provider_wm.core.windowing.pane_window_is_valid` as SQL text, never null; each
         comparison is evaluated only when the ones before it hold (``end - size`` cannot overflow once
         ``end > MIN_TIME_MS``)."""
         assert self.spec.upstream is not None
         upstream = self.spec.upstream.window
         size = upstream.size_ms if isinstance(upstream, Tumbling | Sliding) else None
-        valid = F.when(start.isNull() | end.isNull(), False).when(start >= end, False)
-        valid = valid.when(start > F.lit(MAX_TIME_MS), False).when(end <= F.lit(MIN_TIME_MS), False)
+        invalid = [
+            f"{start} IS NULL OR {end} IS NULL",
+            f"{start} >= {end}",
+            f"{start} > {MAX_TIME_MS}",
+            f"{end} <= {number(MIN_TIME_MS)}",
+        ]
         if size is not None:
-            valid = valid.when(start < end - F.lit(size), False)
-        return valid.otherwise(True)
+            invalid.append(f"{start} < {end} - {size}")
+        return case(*[(condition, "false") for condition in invalid], otherwise="true")
 
     def live_panes(
         self, classified: DataFrame | None, live: DataFrame | None, horizon: int | None, packed: bool = True
@@ -113,70 +120,77 @@ class Rollup(Events):
         (``packed=False``, a sort-based aggregate) when a rank does not fit (``wm_inexact`` rows, never for the
         runs and pane indexes an upstream job writes)."""
         assert self.spec.upstream is not None
-        keys = self.keys
+        keys = [ident(k) for k in self.keys]
         frames: list[DataFrame] = []
+        values: list[str] = []  # the upstream's value columns, the live snapshot's first
+        if live is not None:
+            values = [c for c in live.columns if c not in (*self.keys, "window_start", "window_end", *LIVE_META)]
         if classified is not None:
-            schema = classified.schema
-            values = [c for c in self.value_columns(classified) if c != "wm_reason"]
+            schema = self._pane_schema
+            values += [c for c in self.value_columns(schema.names) if c not in values]
             typed = {"window_start": "bigint", "window_end": "bigint", "pane_index": "bigint", "retraction": "boolean"}
             frames.append(
-                classified.select(
+                classified.selectExpr(
                     *keys,
                     # cast only when needed: a no-op alias would differ between the branches' exchanges
                     *[
-                        c if schema[c].dataType.simpleString() == t else F.col(c).cast(t).alias(c)
+                        c if schema[c].dataType.simpleString() == t else f"CAST({c} AS {t}) AS {c}"
                         for c, t in typed.items()
                     ],
-                    F.col(RUN_PARTITION).cast("long").alias("upstream_run"),
-                    *values,
+                    f"CAST({RUN_PARTITION} AS BIGINT) AS upstream_run",
+                    *[ident(v) for v in values],
                     "wm_reason",
-                    F.lit(True).alias("wm_read"),
+                    "true AS wm_read",
                 )
             )
         if live is not None:
             frames.append(live)
         if not frames:
             return None
-        candidates = frames[0] if len(frames) == 1 else frames[1].unionByName(frames[0], allowMissingColumns=True)
-        fixed = (*keys, "window_start", "window_end", *LIVE_META, *_COUNTERS)
-        values = [c for c in candidates.columns if c not in fixed]
-        reason = F.col("wm_reason")
-        if "wm_reason" not in candidates.columns:  # live panes only
-            candidates = candidates.select("*", *[F.lit(None).cast(t).alias(c) for c, t in _COUNTER_TYPES])
+        if len(frames) == 1 and classified is None:  # live panes only
+            candidates = frames[0].selectExpr("*", *[f"CAST(NULL AS {t}) AS {c}" for c, t in _COUNTER_TYPES])
+        else:
+            candidates = frames[0] if len(frames) == 1 else frames[1].unionByName(frames[0], allowMissingColumns=True)
         # the target of a valid window only: no window arithmetic on an invalid one
-        target_start, target_end = self.target_bounds(F.col("window_start"), F.col("window_end"))
-        valid = reason.isNull() | (reason != LateReason.INVALID_WINDOW.value)
-        candidates = candidates.select(
-            "*", F.when(valid, target_start).alias("wm_ts"), F.when(valid, target_end).alias("wm_te")
-        ).repartition(*keys, "wm_ts")
-        run, read = F.col("upstream_run"), F.col("wm_read").isNotNull()
-        rank = pane_rank(run, F.col("pane_index"), F.col("retraction"), read, packed)
+        target_start, target_end = self.target_bounds("window_start", "window_end")
+        valid = f"wm_reason IS NULL OR wm_reason != {string(LateReason.INVALID_WINDOW.value)}"
+        candidates = candidates.selectExpr(
+            "*",
+            f"CASE WHEN {valid} THEN {target_start} END AS wm_ts",
+            f"CASE WHEN {valid} THEN {target_end} END AS wm_te",
+        ).repartition(*self.keys, "wm_ts")
+        rank = pane_rank("upstream_run", "pane_index", "retraction", "wm_read IS NOT NULL", packed)
         panes = self._upstream_windows(candidates, rank, values)
-        windows = (
-            panes.groupBy(*keys, "wm_ts", "wm_te")
-            .agg(
-                *self.partial_exprs(F.col("wm_live")),
-                F.sum(F.when(reason.isNull(), F.col("wm_rows"))).alias("wm_events"),
-                F.sum("wm_rows").alias("wm_rows"),
-                *[F.sum(F.when(reason == r.value, F.col("wm_rows"))).alias(r.value) for r in ROLLUP_LATE_REASONS],
-                F.max("wm_max_t").alias("wm_max_t"),
-                F.sum("wm_inexact").alias("wm_inexact"),
-            )
-            # not the windows of stored live panes only, unless one's rank does not fit: its count starts the rerun
-            .where((F.col("wm_rows") > 0) | (F.col("wm_inexact") > 0))
-            .select(*keys, "wm_ts", "wm_te", *[F.col(c).alias(_WINDOW + c) for c in self._window_columns()])
+        reason = "wm_reason"
+        windows = _aggregate(
+            panes.groupBy(*self.keys, "wm_ts", "wm_te"),
+            *self.partial_exprs("wm_live"),
+            f"sum(CASE WHEN {reason} IS NULL THEN wm_rows END) AS wm_events",
+            "sum(wm_rows) AS wm_rows",
+            *[
+                f"sum(CASE WHEN {reason} = {string(r.value)} THEN wm_rows END) AS {ident(r.value)}"
+                for r in ROLLUP_LATE_REASONS
+            ],
+            "max(wm_max_t) AS wm_max_t",
+            "sum(wm_inexact) AS wm_inexact",
         )
-        open_rows = is_open(F.col("wm_te"), horizon)
+        # not the windows of stored live panes only, unless one's rank does not fit: its count starts the rerun
+        windows = windows.where("wm_rows > 0 OR wm_inexact > 0").selectExpr(
+            *keys, "wm_ts", "wm_te", *[f"{ident(c)} AS {ident(_WINDOW + c)}" for c in self._window_columns()]
+        )
+        open_rows = is_open("wm_te", horizon)
         if self._reads_every_value(values):
             # both branches' rows then keep the same columns, so their exchanges are one (reused); a condition that
             # is not deterministic stays above it (Spark pushes only deterministic filters through an exchange)
-            open_rows = F.when(F.spark_partition_id() >= 0, open_rows)
+            open_rows = f"CASE WHEN spark_partition_id() >= 0 THEN {open_rows} END"
         # else Spark pushes the filter below this branch's own exchange: it shuffles the open windows' rows only
         still_open = self._upstream_windows(candidates.where(open_rows), rank, values)
-        live_rows = still_open.where("wm_live").select(*keys, "window_start", "window_end", *LIVE_META, *values)
-        return windows.unionByName(live_rows.withColumn("wm_live", F.lit(True)), allowMissingColumns=True)
+        live_rows = still_open.where("wm_live").selectExpr(
+            *keys, "window_start", "window_end", *LIVE_META, *[ident(v) for v in values], "true AS wm_live"
+        )
+        return windows.unionByName(live_rows, allowMissingColumns=True)
 
-    def _upstream_windows(self, candidates: DataFrame, rank: Column, values: list[str]) -> DataFrame:
+    def _upstream_windows(self, candidates: DataFrame, rank: str, values: list[str]) -> DataFrame:
         """Per upstream window (and ``wm_reason``) of ``candidates``: its live pane's columns (each a ``max_by``
         over ``rank``: every column takes the same row, the last of the highest rank, as they share its ordering
         buffer), the values null unless ``wm_live`` (accepted and no retraction), and the counters: ``wm_rows``
@@ -186,33 +200,28 @@ class Rollup(Events):
         if self.spec.upstream.accumulation is Accumulation.DISCARDING:
             identity.append("pane_index")
         others = [c for c in (*LIVE_META, *values) if c not in identity]
-        ranked = F.col("wm_rank")
-        grouped = (
-            candidates.select("*", rank.alias("wm_rank"))
-            .groupBy(*identity)
-            .agg(
-                *[F.max_by(c, ranked).alias(c) for c in others],
-                F.count("wm_read").alias("wm_rows"),
-                F.count(F.when(ranked.isNull(), 1)).alias("wm_inexact"),
-            )
+        grouped = _aggregate(
+            candidates.selectExpr("*", f"{rank} AS wm_rank").groupBy(*identity),
+            *[f"max_by({ident(c)}, wm_rank) AS {ident(c)}" for c in others],
+            "count(wm_read) AS wm_rows",
+            "count(CASE WHEN wm_rank IS NULL THEN 1 END) AS wm_inexact",
         )
-        reason = F.col("wm_reason")
-        is_live = reason.isNull() & ~F.col("retraction")
+        is_live = "wm_reason IS NULL AND NOT retraction"
         # the last time of the window, when a row of it was read (all of its rows have its window and reason)
-        read_valid = (F.col("wm_rows") > 0) & (reason.isNull() | (reason != LateReason.INVALID_WINDOW.value))
-        return grouped.select(
-            *self.keys,
+        read_valid = f"wm_rows > 0 AND (wm_reason IS NULL OR wm_reason != {string(LateReason.INVALID_WINDOW.value)})"
+        return grouped.selectExpr(
+            *[ident(k) for k in self.keys],
             "window_start",
             "window_end",
             *LIVE_META,
-            *[F.when(is_live, F.col(c)).alias(c) for c in values],  # no arithmetic on the others
+            *[f"CASE WHEN {is_live} THEN {ident(c)} END AS {ident(c)}" for c in values],  # no arithmetic on the others
             "wm_reason",
             "wm_ts",
             "wm_te",
             "wm_rows",
-            F.when(read_valid, F.col("window_end") - 1).alias("wm_max_t"),
+            f"CASE WHEN {read_valid} THEN window_end - 1 END AS wm_max_t",
             "wm_inexact",
-            is_live.alias("wm_live"),
+            f"{is_live} AS wm_live",
         )
 
     def _reads_every_value(self, values: list[str]) -> bool:
@@ -224,68 +233,76 @@ class Rollup(Events):
         return [*self.partial_columns(), "wm_events", "wm_rows", *[r.value for r in ROLLUP_LATE_REASONS], "wm_max_t",
                 "wm_inexact"]  # fmt: skip
 
-    def write_live(
+    def roll(
         self, classified: DataFrame | None, live: DataFrame | None, horizon: int | None
-    ) -> tuple[DataFrame, dict[str, Any]] | None:
+    ) -> tuple[DataFrame, Row] | None:
         """:meth:`live_panes` materialised once (``localCheckpoint``: the live snapshot, the panes and the state
-        read it) and the live snapshot written, the run's totals (:meth:`rollup_totals`) observed while it is;
-        ``None`` when there is nothing to roll up. A run with a rank that does not fit a long starts over with the
-        struct rank (the snapshot is overwritten)."""
-        live_out = self.request.live_out
+        are projections of it) and the run's totals (:meth:`rollup_totals`); ``None`` when there is nothing to
+        roll up. A run with a rank that does not fit a long starts over with the struct rank."""
         packed = True
         while True:
             planned = self.live_panes(classified, live, horizon, packed)
             if planned is None:
                 return None
-            if live_out is None:
-                raise ValueError("a rollup's request needs live_out")
-            rolled = planned.localCheckpoint()  # one row per target window or live pane: read by three writes
-            totals = Observation("rollup")
-            self.live_after(rolled.observe(totals, *self.rollup_totals())).write.mode("overwrite").parquet(live_out)
-            row = totals.get
-            if not row["inexact"] or not packed:  # a struct rank always fits
-                return rolled, row
+            rolled, totals = checkpoint_with_totals(planned, *self.rollup_totals())
+            if not totals["inexact"] or not packed:  # a struct rank always fits
+                return rolled, totals
             packed = False
 
     def rollup_totals(self) -> list[Column]:
         """The run's totals from :meth:`live_panes`: ``rows`` read, one count per reason of
-        :data:`ROLLUP_LATE_REASONS`, ``max_t``, and ``inexact`` (rows whose packed rank does not fit)."""
+        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), and the
+        rows ``checkpointed`` (target windows and live panes)."""
         return [
-            F.coalesce(F.sum(_WINDOW + "wm_rows"), F.lit(0)).alias("rows"),
-            *[F.sum(_WINDOW + r.value).alias(r.value) for r in ROLLUP_LATE_REASONS],
-            F.max(_WINDOW + "wm_max_t").alias("max_t"),  # null on invalid windows
-            F.coalesce(F.sum(_WINDOW + "wm_inexact"), F.lit(0)).alias("inexact"),
+            F.expr(total)
+            for total in (
+                f"coalesce(sum({_WINDOW}wm_rows), 0) AS rows",
+                *[f"sum({ident(_WINDOW + r.value)}) AS {ident(r.value)}" for r in ROLLUP_LATE_REASONS],
+                f"max({_WINDOW}wm_max_t) AS max_t",  # null on invalid windows
+                f"coalesce(sum({_WINDOW}wm_inexact), 0) AS inexact",
+                "count(1) AS checkpointed",
+            )
         ]
 
     def fresh_windows(self, rolled: DataFrame) -> DataFrame:
         """The target windows that got accepted pane rows (from :meth:`live_panes`): the partials of their live
         panes and ``wm_events``, the pane rows that landed in them (as :meth:`with_fresh_flags` takes them)."""
-        return rolled.where(F.col(f"{_WINDOW}wm_events") > 0).select(
-            *self.keys,
-            F.col("wm_ts").alias("window_start"),
-            F.col("wm_te").alias("window_end"),
-            *[F.col(_WINDOW + c).alias(c) for c in (*self.partial_columns(), "wm_events")],
+        return rolled.where(f"{_WINDOW}wm_events > 0").selectExpr(
+            *[ident(k) for k in self.keys],
+            "wm_ts AS window_start",
+            "wm_te AS window_end",
+            *[f"{ident(_WINDOW + c)} AS {ident(c)}" for c in (*self.partial_columns(), "wm_events")],
         )
 
-    def live_after(self, rolled: DataFrame) -> DataFrame:
-        """The live snapshot after the run (from :meth:`live_panes`): the live panes of the target windows still
-        open at the run's horizon."""
+    def live_after(self, rolled: DataFrame) -> tuple[DataFrame, list[str]]:
+        """The live snapshot after the run (from :meth:`live_panes`) and its columns: the live panes of the target
+        windows still open at the run's horizon."""
         fixed = (*self.keys, "window_start", "window_end", *LIVE_META, "wm_ts", "wm_te", "wm_live")
         values = [c for c in rolled.columns if c not in fixed and not c.startswith(_WINDOW)]
-        return rolled.where(F.col("wm_live")).select(*self.keys, "window_start", "window_end", *LIVE_META, *values)
+        columns = [*self.keys, "window_start", "window_end", *LIVE_META, *values]
+        return rolled.where("wm_live").selectExpr(*[ident(c) for c in columns]), columns
 
 
-def pane_rank(run: Column, index: Column, retraction: Column, read: Column, packed: bool = True) -> Column:
+def pane_rank(run: str, index: str, retraction: str, read: str, packed: bool = True) -> str:
     """:meth:`~airflow_provider_wm.core.windowing.UpstreamPane.rank` ``(run, pane_index, not retraction)``, then
-    ``read`` (a row read now beats a stored live pane), as one ordered value. ``packed``: a long, null when a part
-    does not fit (a run outside ``[-2**30, 2**30)``, an index outside ``[0, 2**30)``, a null retraction);
-    otherwise a struct (never null: Spark orders a struct's null fields first). Worked example: run 3, index 1,
-    no retraction, read now is ``3 * 2**32 + 1 * 4 + 2 + 1`` = 12884901895, above every rank of run 2."""
+    ``read`` (a row read now beats a stored live pane), as one ordered value (SQL text). ``packed``: a long, null
+    when a part does not fit (a run outside ``[-2**30, 2**30)``, an index outside ``[0, 2**30)``, a null
+    retraction); otherwise a struct (never null: Spark orders a struct's null fields first). Worked example: run
+    3, index 1, no retraction, read now is ``3 * 2**32 + 1 * 4 + 2 + 1`` = 12884901895, above every rank of run
+    2."""
     if not packed:
-        return F.struct(run.alias("run"), index.alias("index"), (~retraction).alias("kept"), read.alias("read"))
-    fits = run.between(-_RANK_LIMIT, _RANK_LIMIT - 1) & index.between(0, _RANK_LIMIT - 1) & retraction.isNotNull()
-    flags = F.when(retraction, 0).otherwise(2) + F.when(read, 1).otherwise(0)
-    return F.when(fits, run * F.lit(2**32) + index * F.lit(4) + flags)
+        return f"named_struct('run', {run}, 'index', {index}, 'kept', NOT {retraction}, 'read', {read})"
+    fits = (
+        f"{run} BETWEEN {number(-_RANK_LIMIT)} AND {_RANK_LIMIT - 1} AND {index} BETWEEN 0 AND {_RANK_LIMIT - 1} "
+        f"AND {retraction} IS NOT NULL"
+    )
+    flags = f"CASE WHEN {retraction} THEN 0 ELSE 2 END + CASE WHEN {read} THEN 1 ELSE 0 END"
+    return f"CASE WHEN {fits} THEN {run} * {2**32} + {index} * 4 + {flags} END"
+
+
+def _aggregate(grouped: GroupedData, *expressions: str) -> DataFrame:
+    """``grouped.agg`` of aggregate expressions given as SQL text."""
+    return grouped.agg(*[F.expr(e) for e in expressions])
 
 
 _RANK_LIMIT = 2**30
