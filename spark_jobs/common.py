@@ -170,17 +170,43 @@ def read_dataset(
     :func:`run_and_record`, without the files :mod:`spark_jobs.screening` set aside, unless it is a
     ``job_output`` (a state or quarantine the jobs wrote: a file of it that does not read fails the run, as
     damaged state must be restored, not skipped)."""
+    read = read_dataset_and_schema(spark, path, data_format, job_output=job_output)
+    return None if read is None else read[0]
+
+
+def read_dataset_and_schema(
+    spark: SparkSession, path: str, data_format: str = "parquet", *, job_output: bool = False
+) -> tuple[DataFrame, StructType] | None:
+    """:func:`read_dataset` and the dataset's schema (asking a Spark Connect server for it once)."""
     if not path_exists(spark, path):
         return None
+
+    def read(schema: StructType | None = None) -> DataFrame | None:
+        if not job_output:
+            return load(spark, path, data_format, schema)
+        reader = spark.read.format(data_format)
+        return (reader if schema is None else reader.schema(schema)).load(path)
+
     try:
-        frame = spark.read.format(data_format).load(path) if job_output else load(spark, path, data_format)
-        if frame is not None:
-            frame.schema  # noqa: B018 - resolves the read now, so an empty folder is told apart here
+        frame = read()
+        if frame is None:
+            return None
+        schema = frame.schema  # resolves the read now, so an empty folder is told apart here
     except AnalysisException as exc:
         if exc.getCondition() == "UNABLE_TO_INFER_SCHEMA":
             return None
         raise
-    return frame
+    # a Spark Connect server resolves the read again for every query of the frame: given its schema, it lists the
+    # files without inferring the schema from a footer again (a Spark job and its planning per query)
+    if is_connect(frame):
+        frame = read(schema)
+        assert frame is not None, "the same files as a moment ago"
+    return frame, schema
+
+
+def is_connect(frame: DataFrame) -> bool:
+    """Whether ``frame`` is a Spark Connect client's (not a classic session's)."""
+    return type(frame).__module__.startswith("pyspark.sql.connect")
 
 
 def conform(frame: DataFrame, schema: StructType, path: str) -> DataFrame:

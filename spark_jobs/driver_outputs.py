@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
+from spark_jobs.common import is_connect
 from spark_jobs.sql_text import ident
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def _collect_arrow(frame: DataFrame) -> pa.Table:
     round trip to a Spark Connect server) and then casts to it, which fails on a null struct with a non-nullable
     field (pyspark 4.2); the frame's own batches are taken as they are (``_collect_as_arrow`` in a classic
     session, ``_to_table`` over Spark Connect)."""
-    if type(frame).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(frame):
         table, _ = frame._to_table()  # type: ignore[operator]
         return table
     batches = frame._collect_as_arrow(empty_list_if_zero_records=False)  # type: ignore[operator]

@@ -113,21 +113,23 @@ def screening() -> Iterator[FileScreen]:
         _SCREEN.reset(token)
 
 
-def load(spark: SparkSession, path: str, data_format: str) -> DataFrame | None:
-    """The dataset at ``path`` as Spark reads it, or its kept files when screening set some aside (None: none
-    is left). Outside :func:`screening` a plain read."""
+def load(spark: SparkSession, path: str, data_format: str, schema: StructType | None = None) -> DataFrame | None:
+    """The dataset at ``path`` as Spark reads it (with ``schema`` when given), or its kept files when screening
+    set some aside (None: none is left). Outside :func:`screening` a plain read."""
+    plain = spark.read.format(data_format) if schema is None else spark.read.format(data_format).schema(schema)
     screen = _SCREEN.get()
     if screen is None:
-        return spark.read.format(data_format).load(path)
+        return plain.load(path)
     screen.read[path] = data_format
     screened = screen.screened.get(path)
     if screened is None:
-        return spark.read.format(data_format).load(path)
+        return plain.load(path)
     if not screened.files:
         return None
     reader = spark.read.format(data_format).option("basePath", path)
-    if screened.schema is not None:
-        reader = reader.schema(screened.schema)
+    kept_schema = screened.schema or schema
+    if kept_schema is not None:
+        reader = reader.schema(kept_schema)
     return reader.load(screened.files)
 
 

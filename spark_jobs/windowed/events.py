@@ -21,7 +21,7 @@ from airflow_provider_wm.core.windowing import (
     input_column,
 )
 from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
-from spark_jobs.common import read_dataset
+from spark_jobs.common import read_dataset_and_schema
 from spark_jobs.sql_text import case, ident, invalid_time, number, string, time_ms, timestamp
 from spark_jobs.windowed.base import (
     _SESSION_PARKING_MS,
@@ -77,10 +77,10 @@ class Events(JobBase):
             source = WindowedInput(
                 "", request.events, request.event_time, request.arrival_column, request.events_format
             )
-        events = read_dataset(self.spark, source.events, source.events_format)
-        if events is None:
+        read = read_dataset_and_schema(self.spark, source.events, source.events_format)
+        if read is None:
             return None
-        schema = events.schema  # one round trip for the checks below
+        events, schema = read
         arrival_column = source.arrival_column
         invalid_arrival = "false"
         if arrival_column:
@@ -222,13 +222,13 @@ class Events(JobBase):
             start, size = str(GLOBAL_START), 0
         else:  # pragma: no cover - the spec validates the kinds
             raise ValueError(f"unknown window {window!r}")
-        frame = frame.selectExpr("*", f"CASE WHEN {ACCEPTED} THEN {start} END AS wm_start")
+        window_start = F.expr(f"CASE WHEN {ACCEPTED} THEN {start} END").alias("wm_start")
         if isinstance(window, Sliding) and self.spec.late_data is LateData.WINDOW_END and self.horizon is not None:
             # core.windowing.is_open: an accepted event counts only in its windows that have not closed (its last
             # window, wm_k = 0, always is)
-            frame = frame.where(f"wm_start IS NULL OR {is_open(f'wm_start + {size}', self.horizon)}")
+            frame = frame.where(f"CASE WHEN {ACCEPTED} THEN {is_open(f'{start} + {size}', self.horizon)} ELSE true END")
         end = str(GLOBAL_END) if isinstance(window, Global) else f"wm_start + {size}"
-        aggregated = frame.groupBy(*self.keys, "wm_start").agg(
+        aggregated = frame.groupBy(*self.keys, window_start).agg(
             *[
                 F.expr(e)
                 for e in (

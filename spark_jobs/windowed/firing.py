@@ -9,49 +9,22 @@ from typing import Any
 
 from pyspark.sql import DataFrame, GroupedData
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     Timing,
 )
-from airflow_provider_wm.documents import read_document, write_document
 from spark_jobs.common import path_exists
 from spark_jobs.sql_text import case, ident, number, string
-from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open
+from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open, read_schema_document
 from spark_jobs.windowed.rollup import Rollup
-
-STATE_SCHEMA = "_wm_schema.json"
-"""Beside a state's Parquet files: their schema (Spark's listing skips names starting with ``_``)."""
-
-
-def state_schema_url(state: str) -> str:
-    return f"{state.rstrip('/')}/{STATE_SCHEMA}"
 
 
 def write_state(state: DataFrame, path: str) -> None:
-    """Write the next state (replacing ``path``) with Spark; :func:`write_state_schema` follows once its rows
-    are counted."""
+    """Write the next state (replacing ``path``) with Spark; :func:`~spark_jobs.windowed.base.write_schema_document`
+    follows once its rows are counted."""
     state.write.mode("overwrite").parquet(path)
-
-
-def write_state_schema(path: str, schema: StructType, rows: int) -> None:
-    """Beside the state written at ``path``: its schema and row count, so that the next run reads it without a
-    Spark job to infer the schema, and knows how many windows it holds before reading it
-    (:meth:`Firing.stored_windows`). The schema as a read of the files infers it (every field nullable), so
-    both reads see one schema."""
-    write_document(state_schema_url(path), {**_nullable(schema).jsonValue(), "rows": rows})
-
-
-def _nullable(data_type: DataType) -> Any:
-    """``data_type`` with every field, element and value nullable (what Spark reads back from Parquet)."""
-    if isinstance(data_type, StructType):
-        return StructType([StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in data_type.fields])
-    if isinstance(data_type, ArrayType):
-        return ArrayType(_nullable(data_type.elementType), True)
-    if isinstance(data_type, MapType):
-        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
-    return data_type
 
 
 class Firing(Rollup):
@@ -59,10 +32,10 @@ class Firing(Rollup):
 
     @cached_property
     def _state_document(self) -> dict[str, Any] | None:
-        """What :func:`write_state_schema` wrote beside ``state_in`` (``None``: no state, or one written
-        before it)."""
+        """What :func:`~spark_jobs.windowed.base.write_schema_document` wrote beside ``state_in`` (``None``: no
+        state, or one written before it)."""
         state_in = self.request.state_in
-        return read_document(state_schema_url(state_in)) if state_in else None
+        return read_schema_document(state_in) if state_in else None
 
     def stored_windows(self) -> int | None:
         """How many windows ``state_in`` holds (``None``: no state, or not recorded beside it)."""
@@ -71,9 +44,9 @@ class Firing(Rollup):
 
     def read_state(self) -> DataFrame | None:
         """The stored windows of ``state_in``, or ``None``. Read with the schema stored beside them
-        (:func:`write_state_schema`), so no Spark job infers it from a file footer and its columns are known
-        without asking Spark; a state written before that is inferred (and one written before count triggers
-        has ``dirty`` for ``pending``)."""
+        (:func:`~spark_jobs.windowed.base.write_schema_document`), so no Spark job infers it from a file footer and
+        its columns are known without asking Spark; a state written before that is inferred (and one written before
+        count triggers has ``dirty`` for ``pending``)."""
         state_in = self.request.state_in
         if not state_in:
             return None
@@ -139,10 +112,13 @@ class Firing(Rollup):
         a window (too-late or invalid rows, counted there) stays a row without a window."""
         if state is None:
             return fresh
-        both = state.selectExpr("*", "true AS wm_old").unionByName(
-            fresh.selectExpr("*", "false AS wm_old"), allowMissingColumns=bool(carry)
-        )
         window = [*self.keys, "window_start", "window_end"]
+        if not self.spec.output_window.merging and self.spec.upstream is None:  # whose row it was does not matter
+            both = state.unionByName(fresh, allowMissingColumns=bool(carry))
+        else:
+            both = state.selectExpr("*", "true AS wm_old").unionByName(
+                fresh.selectExpr("*", "false AS wm_old"), allowMissingColumns=bool(carry)
+            )
         flags = ["sum(pending) AS pending", "bool_or(on_time_fired) AS on_time_fired"]
         last_pane = "first(last_pane, true) AS last_pane"
         # only merged sessions owe retractions (core.windowing.run): any other window's are always none, so they
@@ -225,35 +201,38 @@ class Firing(Rollup):
             f"{values} AS wm_values",
         )
 
+    _PANE_INDEX = "CAST(CASE WHEN last_pane IS NULL THEN 0 ELSE last_pane.pane_index + 1 END AS BIGINT)"
+    """The index of the pane a deciding window fires: 0, or one after its last."""
+
     def _new_pane(self) -> str:
-        """The pane a deciding window fires (over :meth:`decide`'s columns): index 0, or one after its last."""
-        index = "CASE WHEN last_pane IS NULL THEN 0 ELSE last_pane.pane_index + 1 END"
+        """The pane a deciding window fires (over :meth:`decide`'s columns), as a struct."""
         return (
             "named_struct('window_start', window_start, 'window_end', window_end, 'timing', wm_timing, "
-            f"'pane_index', CAST({index} AS BIGINT), 'values', wm_values)"
+            f"'pane_index', {self._PANE_INDEX}, 'values', wm_values)"
         )
 
     def panes(self, decided: DataFrame, watermark: int | None) -> DataFrame:
-        """The pane rows: retractions (retracting mode) and the new panes of the windows that fire."""
+        """The pane rows (:meth:`pane_columns`): the new panes of the windows that fire and, in retracting mode,
+        a retraction row before each for every pane it replaces."""
         fired = decided.where("wm_fires")
         keys = [ident(k) for k in self.keys]
-        rows = fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane")
-        if self.spec.retracting:
-            retracted = "concat(owed, filter(array(last_pane), p -> p IS NOT NULL))"
-            rows = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane").unionByName(rows)
         names = [ident(a.name) for a in self.spec.aggregates]
-        watermark_ms = "NULL" if watermark is None else number(watermark)
-        return rows.selectExpr(  # the columns of pane_columns()
-            "pane.window_start AS window_start",
-            "pane.window_end AS window_end",
-            *keys,
-            *[f"pane.values.{n} AS {n}" for n in names],
-            "pane.timing AS pane",
-            "pane.pane_index AS pane_index",
-            "retraction",
-            f"CAST({watermark_ms} AS BIGINT) AS watermark_ms",
-            f"{string(self.run_id)} AS run_id",
+        run = [f"CAST({'NULL' if watermark is None else number(watermark)} AS BIGINT) AS watermark_ms",
+               f"{string(self.run_id)} AS run_id"]  # fmt: skip
+        if not self.spec.retracting:
+            return fired.selectExpr(
+                "window_start", "window_end", *keys, *[f"wm_values.{n} AS {n}" for n in names], "wm_timing AS pane",
+                f"{self._PANE_INDEX} AS pane_index", "false AS retraction", *run,
+            )  # fmt: skip
+        retracted = "concat(owed, filter(array(last_pane), p -> p IS NOT NULL))"
+        rows = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane").unionByName(
+            fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane")
         )
+        return rows.selectExpr(
+            "pane.window_start AS window_start", "pane.window_end AS window_end", *keys,
+            *[f"pane.values.{n} AS {n}" for n in names], "pane.timing AS pane", "pane.pane_index AS pane_index",
+            "retraction", *run,
+        )  # fmt: skip
 
     def pane_columns(self) -> list[str]:
         """A pane row's columns (:meth:`panes`): the window, keys, aggregates, then the pane's metadata."""

@@ -29,9 +29,10 @@ from spark_jobs.windowed.base import (
     RUN_PARTITION,
     checkpoint_with_totals,
     run_totals,
+    write_schema_document,
 )
-from spark_jobs.windowed.firing import Firing, write_state, write_state_schema
-from spark_jobs.windowed.rollup import ROLLUP_LATE_REASONS
+from spark_jobs.windowed.firing import Firing, write_state
+from spark_jobs.windowed.rollup import ROLLUP_LATE_REASONS, LiveSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,11 @@ class Job(Firing):
         counts: dict[str | None, int] = {}
         max_times: list[int | None] = [self.previous_max_event]
         fresh: DataFrame | None = None
-        live: tuple[DataFrame, list[str]] | None = None
+        live: LiveSnapshot | None = None
         size = 0
         if rolled is not None:
             checkpoint, row = rolled
-            live, size = self.live_after(checkpoint), int(row["checkpointed"])
+            live, size = self.live_after(checkpoint, int(row["live"])), int(row["checkpointed"])
             if classified is not None:
                 counts = {r.value: int(row[r.value]) for r in ROLLUP_LATE_REASONS if row[r.value]}
                 counts[None] = int(row["rows"]) - sum(counts.values())
@@ -138,7 +139,7 @@ class Job(Firing):
                     state = state.repartition(*self.keys, "window_start")
                 merged = self.combine(self.with_fresh_flags(partials, RUN_COUNTERS), state, RUN_COUNTERS)
                 checkpoint, observed = checkpoint_with_totals(merged, *run_totals())
-                windows = checkpoint.where("window_start IS NOT NULL").drop(*RUN_COUNTERS)
+                windows = checkpoint.where("window_start IS NOT NULL")  # the outputs select the state's columns
             counts = self.event_counts(observed)
             max_times.append(observed["max_t"])
             windows_count = int(observed["windows"])
@@ -168,7 +169,7 @@ class Job(Firing):
         watermark: int | None,
         size: int | None,
         windows_count: int | None = None,
-        live: tuple[DataFrame, list[str]] | None = None,
+        live: LiveSnapshot | None = None,
     ) -> Written | None:
         """Decide ``windows`` (``windows_count`` of them, when known) and write the run's panes and the next
         state, both projections of the decided windows (of one checkpoint, or of the state alone), and a rollup's
@@ -202,12 +203,12 @@ class Job(Firing):
         watermark: int | None,
         partition: str,
         windows_count: int | None,
-        live: tuple[DataFrame, list[str]] | None,
+        live: LiveSnapshot | None,
     ) -> Written | None:
         """The outputs fetched in one Spark action and written by pyarrow; the counts taken from the fetched rows
         (the windows not kept in the state were purged; when their number is not known, it is fetched too)."""
         request = self.request
-        projections: list[tuple[DataFrame, Sequence[str]]] = [] if live is None else [live]
+        projections: list[tuple[DataFrame, Sequence[str]]] = [] if live is None else [(live.frame, live.columns)]
         if decided is not None:
             projections += [
                 (self.panes(decided, watermark), self.pane_columns()),
@@ -217,7 +218,9 @@ class Job(Firing):
                 projections.append((decided.agg(F.expr("count(1) AS windows")), ["windows"]))
         tables = fetch_tables(projections)
         if live is not None:
-            replace_folder(tables.pop(0), self._live_out)
+            snapshot = tables.pop(0)
+            replace_folder(snapshot, self._live_out)
+            write_schema_document(self._live_out, spark_schema(snapshot), snapshot.num_rows)
         if decided is None:
             return None
         panes, state = tables[0], tables[1]
@@ -225,7 +228,7 @@ class Job(Firing):
             windows_count = int(tables[2].column("windows")[0].as_py())
         replace_folder(panes, partition)
         replace_folder(state, request.state_out)
-        write_state_schema(request.state_out, spark_schema(state), state.num_rows)
+        write_schema_document(request.state_out, spark_schema(state), state.num_rows)
         retraction = panes.column("retraction")
         timing = panes.filter(pc.invert(retraction)).column("pane")
         fired = {t.value: int(pc.sum(pc.equal(timing, t.value)).as_py() or 0) for t in Timing}
@@ -239,12 +242,13 @@ class Job(Firing):
         return Written(fired, hours, "arrow")
 
     def _write_with_spark(
-        self, decided: DataFrame | None, watermark: int | None, live: tuple[DataFrame, list[str]] | None
+        self, decided: DataFrame | None, watermark: int | None, live: LiveSnapshot | None
     ) -> Written | None:
         """The outputs written by Spark, the windows fired counted as the state is written."""
         request = self.request
         if live is not None:
-            live[0].write.mode("overwrite").parquet(self._live_out)
+            live.frame.write.mode("overwrite").parquet(self._live_out)
+            write_schema_document(self._live_out, live.frame.schema, live.rows)
         if decided is None:
             return None
         self._write_run_partition(self.panes(decided, watermark), request.output)
@@ -267,7 +271,7 @@ class Job(Firing):
         state = self.next_state(counted)
         write_state(state, request.state_out)
         fired = {name: int(value or 0) for name, value in fired_counts.get.items()}
-        write_state_schema(request.state_out, state.schema, fired["windows"] - fired["purged"])
+        write_schema_document(request.state_out, state.schema, fired["windows"] - fired["purged"])
         return Written(fired, self._fired_hours() if request.fired_hours else None, "spark")
 
     def _fired_hours(self) -> list[int]:

@@ -4,6 +4,7 @@ live pane of each upstream window, and recomputes the partials of the windows th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, GroupedData, Row
 from pyspark.sql import functions as F
@@ -17,10 +18,18 @@ from airflow_provider_wm.core.windowing import (
     SqlAggregate,
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
-from spark_jobs.common import path_exists, read_dataset
+from spark_jobs.common import read_dataset_and_schema
 from spark_jobs.sql_text import case, ident, number, string
-from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
+from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open, read_written
 from spark_jobs.windowed.events import Events
+
+
+class LiveSnapshot(NamedTuple):
+    """A rollup's live panes after a run, to write for the next: the frame, its columns and how many rows."""
+
+    frame: DataFrame
+    columns: list[str]
+    rows: int
 
 
 class Rollup(Events):
@@ -30,10 +39,10 @@ class Rollup(Events):
         """The upstream's pane rows of the versions ``(arrival_from, arrival_until]``; ``None``: none written."""
         request = self.request
         # None also when the upstream has run but not fired yet (a folder with no data file)
-        panes = None if request.events is None else read_dataset(self.spark, request.events, job_output=True)
-        if panes is None:
+        read = None if request.events is None else read_dataset_and_schema(self.spark, request.events, job_output=True)
+        if read is None:
             return None
-        self._pane_schema = panes.schema
+        panes, self._pane_schema = read
         needed = ["window_start", "window_end", "pane_index", "retraction", RUN_PARTITION, *self.keys]
         missing = [c for c in needed if c not in self._pane_schema.names]
         if missing:
@@ -59,10 +68,9 @@ class Rollup(Events):
         return [c for c in columns if c not in (*OUTPUT_COLUMNS, RUN_PARTITION, *self.keys)]
 
     def read_live(self) -> DataFrame | None:
+        """The live panes stored by the previous run (``live_in``), or ``None``."""
         live_in = self.request.live_in
-        if not live_in or not path_exists(self.spark, live_in):
-            return None
-        return self.spark.read.parquet(live_in)
+        return read_written(self.spark, live_in) if live_in else None
 
     def classify_panes(self, panes: DataFrame) -> DataFrame:
         """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (not
@@ -251,8 +259,8 @@ class Rollup(Events):
 
     def rollup_totals(self) -> list[Column]:
         """The run's totals from :meth:`live_panes`: ``rows`` read, one count per reason of
-        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), and the
-        rows ``checkpointed`` (target windows and live panes)."""
+        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), the rows
+        ``checkpointed`` (target windows and live panes) and the ``live`` panes."""
         return [
             F.expr(total)
             for total in (
@@ -261,6 +269,7 @@ class Rollup(Events):
                 f"max({_WINDOW}wm_max_t) AS max_t",  # null on invalid windows
                 f"coalesce(sum({_WINDOW}wm_inexact), 0) AS inexact",
                 "count(1) AS checkpointed",
+                "count(CASE WHEN wm_live THEN 1 END) AS live",
             )
         ]
 
@@ -274,13 +283,13 @@ class Rollup(Events):
             *[f"{ident(_WINDOW + c)} AS {ident(c)}" for c in (*self.partial_columns(), "wm_events")],
         )
 
-    def live_after(self, rolled: DataFrame) -> tuple[DataFrame, list[str]]:
-        """The live snapshot after the run (from :meth:`live_panes`) and its columns: the live panes of the target
-        windows still open at the run's horizon."""
+    def live_after(self, rolled: DataFrame, rows: int) -> LiveSnapshot:
+        """The live snapshot after the run (from :meth:`live_panes`, whose totals counted its ``rows``): the live
+        panes of the target windows still open at the run's horizon."""
         fixed = (*self.keys, "window_start", "window_end", *LIVE_META, "wm_ts", "wm_te", "wm_live")
         values = [c for c in rolled.columns if c not in fixed and not c.startswith(_WINDOW)]
         columns = [*self.keys, "window_start", "window_end", *LIVE_META, *values]
-        return rolled.where("wm_live").selectExpr(*[ident(c) for c in columns]), columns
+        return LiveSnapshot(rolled.where("wm_live").selectExpr(*[ident(c) for c in columns]), columns, rows)
 
 
 def pane_rank(run: str, index: str, retraction: str, read: str, packed: bool = True) -> str:
