@@ -105,6 +105,21 @@ def require_bool(**values: Any) -> None:
 EVENTS_FORMATS = ("parquet", "orc", "json", "avro", "delta")
 
 
+def count_argument(value: Any, argument: str) -> int:
+    """A count: an ``int`` ``>= 0`` (not a bool, whose ``True`` would be 1).
+
+    >>> count_argument(0, "driver_output_rows")
+    0
+    >>> count_argument("1000", "driver_output_rows")
+    Traceback (most recent call last):
+    ...
+    ValueError: driver_output_rows='1000' must be a whole number >= 0
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{argument}={value!r} must be a whole number >= 0")
+    return value
+
+
 def events_format_argument(value: object, argument: str = "events_format") -> str:
     """The events' format in lower case, one of :data:`EVENTS_FORMATS`.
 

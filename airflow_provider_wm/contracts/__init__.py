@@ -16,6 +16,7 @@ from airflow_provider_wm.contracts.controller import (
     StreamEntry,
 )
 from airflow_provider_wm.contracts.jobs import (
+    DRIVER_OUTPUT_ROWS,
     MANIFEST_NAME,
     REQUEST_NAME,
     JobFailure,
@@ -42,6 +43,7 @@ from airflow_provider_wm.contracts.windowed import (
 )
 
 __all__ = [
+    "DRIVER_OUTPUT_ROWS",
     "MANIFEST_NAME",
     "REQUEST_NAME",
     "Contract",

@@ -9,8 +9,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_wm.arguments import emit_partition_keys_argument, require_bool
+from airflow_provider_wm.arguments import count_argument, emit_partition_keys_argument, require_bool
 from airflow_provider_wm.contracts import (
+    DRIVER_OUTPUT_ROWS,
     WatermarkReached,
     WatermarkRecord,
     WindowedManifest,
@@ -157,6 +158,11 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         UTC hour in which a window that fired in the run (any pane) starts, ``%Y-%m-%dT%H:%M:%S``
         (:func:`~airflow_provider_wm.core.asset_partitions.hour_keys`). Off by default: Airflow does not start
         DAGs with a plain asset schedule on keyed events.
+    :param driver_output_rows: up to this many windows (default 500,000), the job writes the run's panes and
+        state (and a rollup's live panes) from its driver, with pyarrow through fsspec, in one Spark action instead
+        of one Spark write each; more windows, or a folder fsspec cannot write, are written by Spark. ``0``: always
+        by Spark (for storage only Spark's Hadoop file systems reach). The manifest's ``writer`` says which wrote
+        them.
     """
 
     template_fields: Sequence[str] = template_fields_of("events", "inputs", "output_path", "late_output")
@@ -193,10 +199,12 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         late_output: str | None = None,
         output_stream: str | None = None,
         emit_partition_keys: bool = False,
+        driver_output_rows: int = DRIVER_OUTPUT_ROWS,
         **kwargs: Any,
     ) -> None:
         super().__init__(store_path=store_path, **kwargs)
         self.emit_partition_keys = emit_partition_keys_argument(emit_partition_keys, self.asset)
+        self.driver_output_rows = count_argument(driver_output_rows, "driver_output_rows")
         require_bool(
             early_firing=early_firing, late_firing=late_firing, fire_only_updated_panes=fire_only_updated_panes
         )
@@ -333,6 +341,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             "late_output": self.late_output,
             "round_out": store.pipeline_url(self.pipeline, "runs", f"v{version}"),
             "fired_hours": self.emit_partition_keys,
+            "driver_output_rows": self.driver_output_rows,
             **rollup,
         }
         request = WindowedRequest.from_json(fields)  # a rendered template of the wrong type fails here

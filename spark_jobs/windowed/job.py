@@ -68,7 +68,7 @@ class Job(Firing):
         max_times: list[int | None] = [self.previous_max_event]
         fresh: DataFrame | None = None
         live: LiveSnapshot | None = None
-        size = 0
+        size, fresh_count = 0, 0
         if rolled is not None:
             checkpoint, row = rolled
             live, size = self.live_after(checkpoint, int(row["live"])), int(row["checkpointed"])
@@ -76,7 +76,7 @@ class Job(Firing):
                 counts = {r.value: int(row[r.value]) for r in ROLLUP_LATE_REASONS if row[r.value]}
                 counts[None] = int(row["rows"]) - sum(counts.values())
                 max_times.append(row["max_t"])
-                fresh = self.with_fresh_flags(self.fresh_windows(checkpoint))
+                fresh, fresh_count = self.with_fresh_flags(self.fresh_windows(checkpoint)), int(row["fresh"])
             if panes is not None and classified is not None and len(counts) > 1:
                 self._write_late_panes(panes, classified)
         seen = [v for v in max_times if v is not None]
@@ -84,7 +84,10 @@ class Job(Firing):
         state = self.read_state()
         windows = self.combine(fresh, state) if fresh is not None else state
         stored = 0 if state is None else self.stored_windows()
-        written = self.write_windows(windows, watermark, None if stored is None else size + stored, live=live)
+        size_known = None if stored is None else size + stored
+        # without stored windows, the windows decided are the fresh ones; with some, they are counted as they are
+        windows_count = fresh_count if state is None else None
+        written = self.write_windows(windows, watermark, size_known, windows_count, live=live)
         live_path = None if live is None else request.live_out
         state_path = None if windows is None else request.state_out
         manifest = self._manifest(started, counts, watermark, max_event_time, written, state_path, live_path)
@@ -184,7 +187,8 @@ class Job(Firing):
             *([] if decided is None else [partition, request.state_out]),
             *([] if live is None else [self._live_out]),
         ]
-        if size is not None and size <= request.driver_output_rows and driver_can_write(*folders):
+        limit = request.driver_output_rows  # 0: always Spark
+        if size is not None and limit > 0 and size <= limit and driver_can_write(*folders):
             try:
                 return self._write_from_driver(decided, watermark, partition, windows_count, live)
             except OSError as exc:

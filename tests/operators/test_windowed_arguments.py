@@ -219,3 +219,16 @@ def test_a_window_of_zero_length_is_refused_naming_what_the_author_wrote(window,
 def test_an_aggregate_other_than_count_without_a_column_is_refused_showing_its_text(spec):
     with pytest.raises(ValueError, match=rf"^aggregates\['n'\]='{re.escape(spec)}' must name a column"):
         windowed_arguments.parse_aggregates({"n": spec}, ["orders"])
+
+
+@pytest.mark.parametrize("value", [-1, "1000", 1.5, True, None])
+def test_driver_output_rows_that_is_not_a_count_is_refused(value):
+    with pytest.raises(ValueError, match=f"^driver_output_rows={re.escape(repr(value))} must be a whole number >= 0$"):
+        WindowedAggregateOperator(**EVENTS, driver_output_rows=value)
+
+
+def test_driver_output_rows_defaults_to_the_contracts_limit_and_zero_means_always_spark():
+    from airflow_provider_wm.contracts import DRIVER_OUTPUT_ROWS
+
+    assert WindowedAggregateOperator(**EVENTS).driver_output_rows == DRIVER_OUTPUT_ROWS == 500_000
+    assert WindowedAggregateOperator(**EVENTS, driver_output_rows=0).driver_output_rows == 0

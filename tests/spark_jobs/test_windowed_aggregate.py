@@ -61,6 +61,7 @@ class Pipeline:
         self.spark, self.base, self.spec, self.event_time, self.schema = spark, tmp_path, spec, event_time, schema
         self.version, self.previous, self.state, self.arrival = 0, {}, None, None
         self.fired_hours = False
+        self.driver_output_rows: int | None = None  # None: the request's default
 
     def write(self, rows: list[tuple[Any, ...]], arrival: int, schema: str | None = None) -> None:
         self.spark.createDataFrame([(*r, arrival) for r in rows], schema or self.schema).write.mode("append").parquet(
@@ -88,6 +89,7 @@ class Pipeline:
             "late_output": str(self.base / "late"),
             "round_out": str(run_dir),
             "fired_hours": self.fired_hours,
+            **({} if self.driver_output_rows is None else {"driver_output_rows": self.driver_output_rows}),
         }
 
     def run(self, rows, source: int | None = None, arrival: int | None = None, commit: bool = True):
@@ -551,12 +553,14 @@ def test_job_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, acc
         seed = zlib.crc32(f"{window_kind}-{accumulation.value}-{example}".encode())
         spec, runs = random_case(random.Random(seed), window_kind, accumulation)
         pipeline = Pipeline(spark, tmp_path / f"e{example}", spec, schema=DOUBLE_SCHEMA)
-        state, results = AggregationState(), []
+        pipeline.driver_output_rows, writer = (0, "spark") if seed % 2 else (None, "arrow")  # both writers
+        state, results, writers = AggregationState(), [], set()
         for rows, source in runs:
             result = run(spec, state, [Event(t, (k,), {"v": v}) for k, t, v in rows], source)
             state = result.state
             results.append(result)
             manifest = pipeline.run(rows, source=source)
+            writers.add(manifest["writer"])  # None: a run with no windows wrote neither panes nor state
             assert manifest["watermark_ms"] == result.watermark_ms, (seed, manifest)
             assert manifest["max_event_time_ms"] == result.state.max_event_time_ms, (seed, manifest)
             assert manifest["totals"]["panes"] == result.pane_counts(), seed
@@ -565,6 +569,53 @@ def test_job_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, acc
         assert pipeline.panes() == core_rows(spec, results), seed
         expected_late = Counter((e.key[0], e.time_ms, why) for r in results for e, why in r.late)
         assert Counter(row[:3] for row in pipeline.late()) == expected_late, seed
+        assert writers - {None} == {writer}, seed
+
+
+WRITTEN_ELSEWHERE = ("output", "late_output", "state_path", "live_path", "duration_s", "writer")
+"""The manifest's fields that name where a pipeline wrote, how long it took and what wrote it."""
+
+
+@pytest.mark.parametrize("accumulation", [Accumulation.ACCUMULATING_AND_RETRACTING, Accumulation.DISCARDING])
+def test_the_driver_and_spark_write_the_same_panes_late_rows_state_and_schemas(spark, tmp_path, accumulation):
+    keys = SqlAggregate("keys", "collect_set(k)", "array_distinct(flatten(collect_list({partial})))")
+    spec = AggregationSpec(
+        Tumbling(10), (*AGGREGATES, keys), ("k",), BoundedOutOfOrderness(5), allowed_lateness_ms=10,
+        accumulation=accumulation, early_firing=True,
+    )  # fmt: skip
+    runs = [
+        ([("a", 1, 1.0), ("b", 3, NAN), ("a", 12, 2.5), ("c", None, 1.0)], None),
+        ([("a", 4, 4.0), ("b", 21, None), ("b", 25, 7.0)], None),
+        ([], None),  # no events: the stored windows alone are decided
+        ([("a", 2, 1.0), ("c", 40, 3.0)], None),
+    ]
+    written = {}
+    for limit, writer in ((None, "arrow"), (0, "spark")):
+        pipeline = Pipeline(spark, tmp_path / writer, spec, schema=DOUBLE_SCHEMA)
+        pipeline.driver_output_rows = limit
+        manifests = [pipeline.run(rows, source=source) for rows, source in runs]
+        assert [m["writer"] for m in manifests] == [writer] * len(runs)
+        state = spark.read.parquet(pipeline.state)
+        written[writer] = {
+            "manifests": [{k: v for k, v in m.items() if k not in WRITTEN_ELSEWHERE} for m in manifests],
+            "panes": pipeline.panes(),
+            "pane schema": spark.read.parquet(str(pipeline.base / "panes")).schema,
+            "late": pipeline.late(),
+            "state": sorted(map(repr, state.collect())),
+            "state schema": state.schema,
+            "stored schema": json.loads((Path(pipeline.state) / "_wm_schema.json").read_text()),
+        }
+    assert written["arrow"] == written["spark"]
+    assert written["arrow"]["stored schema"]["rows"] == len(written["arrow"]["state"])
+
+
+def test_a_run_of_more_windows_than_driver_output_rows_writes_with_spark(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), SUM_V, ("k",), StoreWatermark("s"), early_firing=True)
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.driver_output_rows = 2
+    assert pipeline.run([("a", 1, 1), ("b", 12, 5)], source=5)["writer"] == "arrow"  # two windows
+    assert pipeline.run([("c", 25, 1)], source=5)["writer"] == "spark"  # the two stored and a new one
+    assert pipeline.panes(2) == [(("c",), 20, 30, (1,), "EARLY", 0, False, 5)]
 
 
 def test_a_state_written_before_count_triggers_is_read_with_one_pending_event_per_dirty_window(spark, tmp_path):
@@ -671,6 +722,7 @@ def test_rollup_panes_equal_core_over_random_upstream_runs(spark, tmp_path, case
     )  # fmt: skip
     upstream = Pipeline(spark, tmp_path / "up", upstream_spec, schema=DOUBLE_SCHEMA)
     rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    rollup.driver_output_rows = 0 if case == "accumulating-sliding-kept" else None  # both writers
     up_state, state, results = AggregationState(), AggregationState(), []
     names = tuple(a.name for a in AGGREGATES)
     for rows, source in [*runs, ([], 10_000)]:  # the last run completes and purges every window
