@@ -95,8 +95,9 @@ def _counted(measured: dict[str, Any]) -> str:
 def _runs(document: dict[str, Any], options: str, notes: list[str]) -> str:
     """The table of a benchmark whose runs each compare the job with a native floor (``runs``: label, job and
     floor seconds / jobs / stages, ratio, target or None, met), its headline ratio and ``notes`` after it."""
+    warm = f" after {document['warmup']} untimed calls of each" if document.get("warmup") else ""
     lines = [
-        f"From `bench/results/{document['benchmark']}.json` ({options}, best of {document['repeat']}, "
+        f"From `bench/results/{document['benchmark']}.json` ({options}, best of {document['repeat']}{warm}, "
         f"{document['mode']}):",
         "",
         "| run | job | jobs / stages | floor | jobs / stages | ratio | target |",

@@ -26,26 +26,33 @@ A run reads a request (JSON, written by the operator) and:
 5. writes ``manifest.json`` atomically last: panes by timing, events read, too-late and invalid counts,
    the new watermark and the highest event time seen.
 
-**One pass to the totals.** The watermark needs the run's highest event time before any window is decided, so
-a run materialises one small frame (``localCheckpoint``) with its totals (observed as the checkpoint is written
-in a classic session; over Spark Connect, aggregated from the checkpoint in one more Spark job): the
-partials per window on a first run; with stored windows, the partials already merged with them (the too-late and
-invalid rows' counters ride along as rows without a window), so the partials' group-by, the merge and the state's
-scan run once and both writes (panes, state) are projections of that checkpoint. A rollup's watermark is its
-upstream's stream, known before any pane row is read: its pane rows and live panes are hash-partitioned once by
-``(keys, target window start)``, each upstream window's live pane is picked (a hash aggregate over a rank packed
-in a long) and each target window's live panes summed in the partitions of that one exchange, and that result is
-materialised once (one row per target window that got rows, one per live pane of a window still open); its
-totals are observed while the live snapshot is written, and the panes and the state are read from the same
-checkpoint (merged with the stored windows when there are any).
+**One pass to the totals, one action for the outputs.** The watermark needs the run's highest event time before
+any window is decided, so a run materialises one small frame (``localCheckpoint``) with its totals (observed as
+the checkpoint is written in a classic session; over Spark Connect, aggregated from the checkpoint in one more
+Spark job): the partials per window on a first run; with stored windows, the partials already merged with them
+(the too-late and invalid rows' counters ride along as rows without a window), so the partials' group-by, the
+merge and the state's scan run once and the outputs (panes, state) are projections of that checkpoint. Up to
+``driver_output_rows`` windows they are fetched together in one Spark action and written by pyarrow from the
+driver (:mod:`spark_jobs.driver_outputs`); larger runs write them with Spark, one write each. A rollup's
+watermark is its upstream's stream, known before any pane row is read: its pane rows and live panes are
+hash-partitioned once by ``(keys, target window start)``, each upstream window's live pane is picked (a hash
+aggregate over a rank packed in a long) and each target window's live panes summed in the partitions of that one
+exchange, and that result is materialised once with the run's totals (one row per target window that got rows,
+one per live pane of a window still open); the live snapshot, the panes and the state are projections of it
+(merged with the stored windows when there are any), written as above.
+
+**Expressions as SQL text.** The job writes its expressions as SQL text (:mod:`spark_jobs.sql_text`) for
+``selectExpr``, ``where`` and ``F.expr``: in a classic session a ``Column`` function is a Py4J round trip each,
+and building a run's plan from a few thousand of them took longer than its Spark jobs.
 
 **No shuffle of its own for the merge.** For windows that do not merge, the stored windows are hash-partitioned as
 the partials leave their group-by, ``(keys, window_start)``; the union keeps that partitioning, so the events' and
-the state's shuffles run side by side and the merge runs in the checkpoint's stage. The state's schema is stored
-beside its files (``_wm_schema.json``, which Spark's listing skips), so reading the state starts no Spark job.
+the state's shuffles run side by side and the merge runs in the checkpoint's stage. The state's schema and row
+count are stored beside its files (``_wm_schema.json``, which Spark's listing skips), so reading the state starts
+no Spark job (a rollup's live snapshot likewise).
 
-Panes and late events are written under ``wm_run=<version>`` with dynamic partition overwrite, so a retried
-or re-run task replaces its own rows. The state is written to a new folder per version.
+Panes and late events are written to the folder of their ``wm_run=<version>`` partition, replacing it, so a
+retried or re-run task replaces its own rows. The state is written to a new folder per version.
 
 **Rows without a usable arrival.** A row whose arrival column is null, unparseable or outside the valid time
 range can never fall in a run's ``(arrival_from, arrival_until]``: a filter on the range alone would drop it
