@@ -67,21 +67,33 @@ class Api:
         return str(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
 
     def wait_for_success(self, dag_id: str, run_id: str, process: subprocess.Popen) -> None:
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while (state := self.run_state(dag_id, run_id)) not in ("success", "failed"):
-            assert process.poll() is None, "airflow standalone exited"
-            assert time.monotonic() < deadline, f"{dag_id} {run_id} still {state} after {RUN_TIMEOUT} s"
-            time.sleep(2)
+        def finished() -> str | None:
+            state = self.run_state(dag_id, run_id)
+            return state if state in ("success", "failed") else None
+
+        state = wait_until(finished, f"{dag_id} {run_id} to finish", RUN_TIMEOUT, process)
         assert state == "success", f"{dag_id} {run_id} ended {state}"
 
 
 def wait_until(predicate: Any, what: str, seconds: float, process: subprocess.Popen) -> Any:
+    """``predicate()``'s first true value within ``seconds``. A call that times out, cannot connect or gets a
+    server error is retried (a busy machine's api-server can take longer than a request's timeout while Airflow
+    starts); a client error (4xx) fails at once."""
     deadline = time.monotonic() + seconds
-    while not (value := predicate()):
+    last_error: OSError | None = None
+    while True:
+        try:
+            if value := predicate():
+                return value
+        except urllib.error.HTTPError as error:
+            if error.code < 500:
+                raise
+            last_error = error
+        except OSError as error:  # a timeout, a refused or reset connection
+            last_error = error
         assert process.poll() is None, f"airflow standalone exited while waiting for {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what} (last error: {last_error})"
         time.sleep(1)
-    return value
 
 
 @dataclass
@@ -118,7 +130,7 @@ def running_standalone(home: Path, env: Mapping[str, str]) -> Iterator[Standalon
     succeeded = False
     try:
         wait_until(healthy, "the api-server", 180, process)
-        api = Api(url, admin_password(home))
+        api = wait_until(lambda: Api(url, admin_password(home)), "a token from the api-server", 180, process)
         wait_until(
             lambda: api.request("GET", "/api/v2/dags?dag_id_pattern=example")["total_entries"] >= EXAMPLE_DAGS,
             f"the {EXAMPLE_DAGS} example DAGs to be parsed",
