@@ -220,7 +220,7 @@ class Job(Firing):
             ]
             if windows_count is None:
                 projections.append((decided.agg(F.expr("count(1) AS windows")), ["windows"]))
-        tables = fetch_tables(projections)
+        tables = fetch_tables(projections)  # at most driver_output_rows windows (checked by write_windows)
         if live is not None:
             snapshot = tables.pop(0)
             replace_folder(snapshot, self._live_out)
