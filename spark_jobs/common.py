@@ -33,6 +33,7 @@ from pyspark.sql.types import (
     LongType,
     MapType,
     ShortType,
+    StructField,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -202,6 +203,49 @@ def read_dataset_and_schema(
         frame = read(schema)
         assert frame is not None, "the same files as a moment ago"
     return frame, schema
+
+
+SCHEMA_DOCUMENT = "_wm_schema.json"
+"""Beside a dataset a job wrote for its next run (a state, a rollup's live snapshot): its schema and row count
+(Spark's listing skips names starting with ``_``)."""
+
+
+def write_schema_document(path: str, schema: StructType, rows: int | None = None) -> None:
+    """Beside the dataset written at ``path``: its schema and row count (``None``: not counted), so that the next
+    run reads it without a Spark job to infer the schema (a Spark Connect server would infer it again for every
+    query), and knows how many rows it holds before reading it. The schema as a read of the files infers it (every
+    field nullable), so both reads see one schema."""
+    write_document(_schema_document_url(path), {**_nullable(schema).jsonValue(), "rows": rows})
+
+
+def read_schema_document(path: str) -> dict[str, Any] | None:
+    """What :func:`write_schema_document` wrote beside ``path`` (``None``: nothing, e.g. written before it)."""
+    document: dict[str, Any] | None = read_document(_schema_document_url(path))
+    return document
+
+
+def read_written(spark: SparkSession, path: str) -> DataFrame | None:
+    """The dataset the job wrote at ``path`` for this run, with the schema stored beside it (inferred when there is
+    none); ``None`` when there is no such dataset."""
+    document = read_schema_document(path)
+    if document is not None:
+        return spark.read.schema(StructType.fromJson(document)).parquet(path)
+    return spark.read.parquet(path) if path_exists(spark, path) else None
+
+
+def _schema_document_url(path: str) -> str:
+    return f"{path.rstrip('/')}/{SCHEMA_DOCUMENT}"
+
+
+def _nullable(data_type: DataType) -> Any:
+    """``data_type`` with every field, element and value nullable (what Spark reads back from Parquet)."""
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type
 
 
 def is_connect(frame: DataFrame) -> bool:

@@ -9,19 +9,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     LongType,
-    StructType,
 )
 
 from airflow_provider_wm.core.controller import (
     StreamStatus,
 )
 from airflow_provider_wm.core.segments import Segment
-from spark_jobs.common import (
-    conform,
-    read_dataset,
-)
 from spark_jobs.controller.acceptance import time_goes_back
-from spark_jobs.controller.marks import invalid_key, is_known, with_key
+from spark_jobs.controller.marks import invalid_key, is_known
 from spark_jobs.controller.schemas import (
     DEFERRED,
     KEYS,
@@ -32,7 +27,7 @@ from spark_jobs.controller.schemas import (
     VALUE,
 )
 
-__all__ = ["read_state", "stream_results", "writer_rounds"]
+__all__ = ["stream_results", "writer_rounds"]
 
 
 SINGLE_TASK_MARKS = 2_000_000
@@ -279,13 +274,3 @@ def stream_results(
         .otherwise(StreamStatus.EMITTED.value)
     )
     return decided.select("*", first_mark.alias("first_mark"), status.alias("status"))
-
-
-def read_state(spark: SparkSession, state_in: str | None, name: str, schema: StructType) -> DataFrame | None:
-    """A part of the previous state, or ``None`` when it has none (first round, or a part never written);
-    states written before keyed watermarks have no ``wm_key`` column: read as the unkeyed watermark."""
-    if not state_in:
-        return None
-    path = f"{state_in.rstrip('/')}/{name}"
-    frame = read_dataset(spark, path, job_output=True)
-    return None if frame is None else with_key(conform(frame, schema, path))

@@ -35,7 +35,7 @@ from spark_jobs.controller.acceptance import (
     write_progress_quarantine,
 )
 from spark_jobs.controller.cut import emitted_cuts
-from spark_jobs.controller.emission import SINGLE_TASK_MARKS, read_state, stream_results, writer_rounds
+from spark_jobs.controller.emission import SINGLE_TASK_MARKS, stream_results, writer_rounds
 from spark_jobs.controller.marks import (
     aggregate_marks,
     count_marks,
@@ -57,6 +57,7 @@ from spark_jobs.controller.schemas import (
     WAITING_SAMPLE,
     WRITERS_STATE_SCHEMA,
 )
+from spark_jobs.controller.state import read_state, write_driver_state, write_state
 
 __all__ = ["main", "run"]
 
@@ -66,8 +67,8 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
 
     Spark actions of a round with no sequenced and no bad mark (the common case): the segments, the counts of
     late, sequenced and deferred marks, the one scan of the marks into one row per writer (checkpointed), the
-    per-watermark verdicts with the highest offsets and the round's checks, the writers' state, the streams'
-    state; each extra is named where it is spent."""
+    per-watermark verdicts with the highest offsets and the round's checks, the writers' state (the streams' state
+    is written from the driver); each extra is named where it is spent."""
     started = time.time()
     size_shuffles(spark)
     segments_by_stream, invalid_segments = read_segments(spark, request.segments_path)
@@ -158,9 +159,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
         collected = verdicts(rounds, accepted)
     else:
         write_progress_quarantine(progress_bad, accepted, quarantine_path)
-    rounds.where("active").select(*WRITERS_STATE_SCHEMA.fieldNames()).write.mode("overwrite").parquet(
-        f"{request.state_out}/writers"
-    )
+    write_state(rounds.where("active"), f"{request.state_out}/writers", WRITERS_STATE_SCHEMA)
     highest: dict[tuple[str, str], dict[int, int]] = {}
     for r in collected:
         if r["segment_id"] is not None:
@@ -171,22 +170,20 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
         if r["segment_id"] is None and r["listed"]
     ]
     per_stream = emitted_cuts(per_watermark, segments_by_stream)  # one row per watermark
-    spark.createDataFrame(
-        [[r[column] for column in STREAMS_STATE_SCHEMA.fieldNames()] for r in per_stream],
-        STREAMS_STATE_SCHEMA,
-    ).write.mode("overwrite").parquet(f"{request.state_out}/streams")
+    write_driver_state(spark, per_stream, f"{request.state_out}/streams", STREAMS_STATE_SCHEMA)  # no Spark job
 
     origins = origins0 if progress is None else progress.origins
     pending = pending0 if progress is None else progress.pending
     if origins is not None:  # a round with no sequenced mark and no earlier one writes no progress state
-        origins.write.mode("overwrite").parquet(f"{request.state_out}/origins")
+        write_state(origins, f"{request.state_out}/origins", ORIGINS_STATE_SCHEMA)
     pending_sequences: dict[str, int] = {}
     if pending is not None:
-        pending.write.mode("overwrite").parquet(f"{request.state_out}/pending")
+        write_state(pending, f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
+        written = read_state(spark, request.state_out, "pending", PENDING_STATE_SCHEMA)
+        assert written is not None, "written a moment ago"
         pending_sequences = {
             _label(r): int(r["sequences"])
-            for r in spark.read.parquet(f"{request.state_out}/pending")
-            .groupBy(*STREAM_KEYS)
+            for r in written.groupBy(*STREAM_KEYS)
             .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
             .collect()  # small: one row per watermark with waiting sequences
         }

@@ -4,11 +4,9 @@ the partial-aggregate columns of the spec's aggregates, and the job's column nam
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from airflow_provider_wm.contracts import WindowedRequest
 from airflow_provider_wm.core.windowing import (
@@ -16,8 +14,7 @@ from airflow_provider_wm.core.windowing import (
     AggregationSpec,
     SqlAggregate,
 )
-from airflow_provider_wm.documents import read_document, write_document
-from spark_jobs.common import is_connect, path_exists
+from spark_jobs.common import is_connect
 from spark_jobs.sql_text import any_of, ident, number, string
 
 RUN_PARTITION = "wm_run"
@@ -39,49 +36,6 @@ JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG, INVALID_VALUE_FLAG)
 """What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")
 """Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
-
-
-SCHEMA_DOCUMENT = "_wm_schema.json"
-"""Beside a dataset the job wrote for its next run (the state, a rollup's live snapshot): its schema and row count
-(Spark's listing skips names starting with ``_``)."""
-
-
-def write_schema_document(path: str, schema: StructType, rows: int) -> None:
-    """Beside the dataset written at ``path``: its schema and row count, so that the next run reads it without a
-    Spark job to infer the schema (a Spark Connect server would infer it again for every query), and knows how many
-    rows it holds before reading it. The schema as a read of the files infers it (every field nullable), so both
-    reads see one schema."""
-    write_document(_schema_document_url(path), {**_nullable(schema).jsonValue(), "rows": rows})
-
-
-def read_schema_document(path: str) -> dict[str, Any] | None:
-    """What :func:`write_schema_document` wrote beside ``path`` (``None``: nothing, e.g. written before it)."""
-    document: dict[str, Any] | None = read_document(_schema_document_url(path))
-    return document
-
-
-def read_written(spark: SparkSession, path: str) -> DataFrame | None:
-    """The dataset the job wrote at ``path`` for this run, with the schema stored beside it (inferred when there is
-    none); ``None`` when there is no such dataset."""
-    document = read_schema_document(path)
-    if document is not None:
-        return spark.read.schema(StructType.fromJson(document)).parquet(path)
-    return spark.read.parquet(path) if path_exists(spark, path) else None
-
-
-def _schema_document_url(path: str) -> str:
-    return f"{path.rstrip('/')}/{SCHEMA_DOCUMENT}"
-
-
-def _nullable(data_type: DataType) -> Any:
-    """``data_type`` with every field, element and value nullable (what Spark reads back from Parquet)."""
-    if isinstance(data_type, StructType):
-        return StructType([StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in data_type.fields])
-    if isinstance(data_type, ArrayType):
-        return ArrayType(_nullable(data_type.elementType), True)
-    if isinstance(data_type, MapType):
-        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
-    return data_type
 
 
 def is_open(window_end: str, horizon: int | None) -> str:

@@ -15,14 +15,14 @@ from airflow_provider_wm.core.windowing import (
     Accumulation,
     Timing,
 )
-from spark_jobs.common import path_exists
+from spark_jobs.common import path_exists, read_schema_document
 from spark_jobs.sql_text import case, ident, number, string
-from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open, read_schema_document
+from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open
 from spark_jobs.windowed.rollup import Rollup
 
 
 def write_state(state: DataFrame, path: str) -> None:
-    """Write the next state (replacing ``path``) with Spark; :func:`~spark_jobs.windowed.base.write_schema_document`
+    """Write the next state (replacing ``path``) with Spark; :func:`~spark_jobs.common.write_schema_document`
     follows once its rows are counted."""
     state.write.mode("overwrite").parquet(path)
 
@@ -32,7 +32,7 @@ class Firing(Rollup):
 
     @cached_property
     def _state_document(self) -> dict[str, Any] | None:
-        """What :func:`~spark_jobs.windowed.base.write_schema_document` wrote beside ``state_in`` (``None``: no
+        """What :func:`~spark_jobs.common.write_schema_document` wrote beside ``state_in`` (``None``: no
         state, or one written before it)."""
         state_in = self.request.state_in
         return read_schema_document(state_in) if state_in else None
@@ -44,7 +44,7 @@ class Firing(Rollup):
 
     def read_state(self) -> DataFrame | None:
         """The stored windows of ``state_in``, or ``None``. Read with the schema stored beside them
-        (:func:`~spark_jobs.windowed.base.write_schema_document`), so no Spark job infers it from a file footer and
+        (:func:`~spark_jobs.common.write_schema_document`), so no Spark job infers it from a file footer and
         its columns are known without asking Spark; a state written before that is inferred (and one written before
         count triggers has ``dirty`` for ``pending``)."""
         state_in = self.request.state_in

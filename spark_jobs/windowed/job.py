@@ -20,7 +20,7 @@ from airflow_provider_wm.core.windowing import (
     Timing,
     next_watermark,
 )
-from spark_jobs.common import job_session, submit_main
+from spark_jobs.common import job_session, submit_main, write_schema_document
 from spark_jobs.driver_outputs import driver_can_write, fetch_tables, replace_folder, spark_schema
 from spark_jobs.sql_text import ident, string
 from spark_jobs.windowed.base import (
@@ -29,7 +29,6 @@ from spark_jobs.windowed.base import (
     RUN_PARTITION,
     checkpoint_with_totals,
     run_totals,
-    write_schema_document,
 )
 from spark_jobs.windowed.firing import Firing, write_state
 from spark_jobs.windowed.rollup import ROLLUP_LATE_REASONS, LiveSnapshot

@@ -18,9 +18,9 @@ from airflow_provider_wm.core.windowing import (
     SqlAggregate,
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
-from spark_jobs.common import read_dataset_and_schema
+from spark_jobs.common import read_dataset_and_schema, read_written
 from spark_jobs.sql_text import case, ident, number, string
-from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open, read_written
+from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
 from spark_jobs.windowed.events import Events
 
 
