@@ -29,20 +29,23 @@ sequenced marks (one aggregation per origin); the marks a dense origin releases 
 fast path's scan itself (a broadcast join), and the marks are read a third time only to write those that
 wait behind a gap.
 
-Modules, in the order a round uses them: :mod:`.schemas`, :mod:`.marks` (read, sanity, the fast path's
-scan), :mod:`.progress` (gap-free progress), :mod:`.acceptance` (the checks and exact decisions),
-:mod:`.emission` (writers' rows, participation, verdicts), :mod:`.cut`, :mod:`.job` (the round).
+Modules, in the order a round uses them: :mod:`.schemas`, :mod:`.state` (the state's parts), :mod:`.marks`
+(read, sanity, the fast path's scan), :mod:`.progress` (gap-free progress), :mod:`.acceptance` (the checks and
+exact decisions), :mod:`.emission` (writers' rows, participation, verdicts), :mod:`.cut`, :mod:`.job` (the
+round).
 
 Spark actions are the fixed cost of a small round (a few hundred milliseconds each, most of a round over Spark
-Connect), so each one is accounted for: a round with no sequenced and no bad mark runs seven (the segments, one
+Connect), so each one is accounted for: a round with no sequenced and no bad mark runs six (the segments, one
 count over the report times, a look for a sequenced mark in the round's row groups, the writers' rows, the
-verdicts, the writers' state, the streams' state), besides reading the schema of each dataset; the exact path,
-gap-free progress and a previous progress state add their own. Spark runs each shuffle of an action as a job of
-its own, so the frames of one row per writer (or fewer) are aggregated and joined in one task instead: thirteen
-jobs in a steady round (``bench/controller_watermark.py``).
+verdicts, the writers' state), besides reading the schema of the marks and the segments; the streams' state,
+one row per watermark already on the driver, is written by pyarrow, and the state's parts are read with the
+schema stored beside them. The exact path, gap-free progress and a previous progress state add their own. Spark
+runs each shuffle of an action as a job of its own, so the frames of one row per writer (or fewer) are
+aggregated and joined in one task instead: ten jobs in a steady round (``bench/controller_watermark.py``).
 
-Outputs: the next controller state (``writers/``, ``streams/`` Parquet), the quarantine of bad and
-rejected marks with a ``reason``, and ``manifest.json`` written atomically last.
+Outputs: the next controller state (``writers/``, ``streams/``, with gap-free progress ``origins/`` and
+``pending/``: Parquet, each with ``_wm_schema.json``), the quarantine of bad and rejected marks with a
+``reason``, and ``manifest.json`` written atomically last.
 """
 
 from __future__ import annotations
