@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 
 from airflow_provider_wm.contracts import JobFailure, JobManifest, JobRequest
 from airflow_provider_wm.documents import delete_tree, exists, read_document, write_document
-from spark_jobs.screening import FileScreen, is_unreadable_file_error, load, screening
+from spark_jobs.screening import FileScreen, is_unreadable_file_error, load, screening, stored_spark_schema
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +178,13 @@ def read_dataset(
 def read_dataset_and_schema(
     spark: SparkSession, path: str, data_format: str = "parquet", *, job_output: bool = False
 ) -> tuple[DataFrame, StructType] | None:
-    """:func:`read_dataset` and the dataset's schema (asking a Spark Connect server for it once)."""
+    """:func:`read_dataset` and the dataset's schema (asking a Spark Connect server for it once). A Parquet
+    dataset Spark wrote is read with the schema stored in its footer (:func:`stored_spark_schema`): Spark
+    would infer the same one, in a Spark job of its own."""
     if not path_exists(spark, path):
         return None
+    merges = str(spark.conf.get("spark.sql.parquet.mergeSchema", "false")).lower() == "true"
+    stored = None if merges else stored_spark_schema(path, data_format)
 
     def read(schema: StructType | None = None) -> DataFrame | None:
         if not job_output:
@@ -189,7 +193,7 @@ def read_dataset_and_schema(
         return (reader if schema is None else reader.schema(schema)).load(path)
 
     try:
-        frame = read()
+        frame = read(stored)
         if frame is None:
             return None
         schema = frame.schema  # resolves the read now, so an empty folder is told apart here
@@ -199,7 +203,7 @@ def read_dataset_and_schema(
         raise
     # a Spark Connect server resolves the read again for every query of the frame: given its schema, it lists the
     # files without inferring the schema from a footer again (a Spark job and its planning per query)
-    if is_connect(frame):
+    if is_connect(frame) and stored is None:
         frame = read(schema)
         assert frame is not None, "the same files as a moment ago"
     return frame, schema

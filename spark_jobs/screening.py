@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -133,6 +134,47 @@ def load(spark: SparkSession, path: str, data_format: str, schema: StructType | 
     return reader.load(screened.files)
 
 
+SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
+"""The footer key under which Spark stores the schema of a Parquet file it wrote (and reads it back from)."""
+
+
+def stored_spark_schema(path: str, data_format: str) -> StructType | None:
+    """The schema Spark would infer for the Parquet dataset at ``path``, read on the driver from one footer, or
+    ``None`` when only Spark can tell (then it infers it, a Spark job of its own).
+
+    Spark infers a Parquet dataset's schema from one data file's footer (unless ``mergeSchema``), and when Spark
+    wrote that file the footer holds Spark's own schema (:data:`SPARK_SCHEMA_KEY`), which it takes as it is. So
+    for a folder of data files only (no partition folders, whose columns Spark infers from their names), the
+    first data file by name, when Spark wrote it, gives the same schema without a Spark job. Anything else
+    (another format, partition folders, no data file, a file Spark did not write or cannot read) is ``None``.
+
+    E.g. a folder that Spark's ``df.write.parquet`` filled: its schema; one pandas wrote: ``None``.
+    """
+    if data_format != "parquet":
+        return None
+    try:
+        fs, root = fsspec.core.url_to_fs(path)
+        entries = fs.ls(root, detail=True) if fs.isdir(root) else [fs.info(root)]
+        visible = [e for e in entries if not _hidden(e["name"].rstrip("/").rsplit("/", 1)[-1])]
+        if not visible or any(e["type"] == "directory" for e in visible):
+            return None
+        from pyarrow import parquet
+
+        with fs.open(min(e["name"] for e in visible), "rb") as handle:
+            metadata = parquet.read_metadata(handle).metadata or {}
+        stored = metadata.get(SPARK_SCHEMA_KEY)
+        return None if stored is None else StructType.fromJson(json.loads(stored))
+    except (ArrowException, OSError, ValueError, KeyError, ImportError) as exc:  # Spark infers it, as before
+        log.debug("no stored Spark schema for %s (%s): Spark infers it", path, exc)
+        return None
+
+
+def _hidden(name: str) -> bool:
+    """A file or folder name Spark's listing skips: ``_x`` (but ``_x=1`` is a partition), ``.x``, a copy under
+    way."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
+
+
 def screen_dataset(path: str, data_format: str) -> tuple[list[str], StructType | None, list[UnreadableFile], bool]:
     """The files of a dataset that read together, the schema to read them with, the others with why, and
     whether the kept files all have the schema's types (else Spark, inferring from one file, may fail on a
@@ -184,12 +226,9 @@ def _data_files(fs: Any, root: str) -> list[str]:
     """The files Spark reads under ``root``: none in a folder named ``_x`` (but ``_x=1`` is a partition) or
     ``.x``, and no file so named or still being copied."""
 
-    def hidden(part: str) -> bool:
-        return (part.startswith("_") and "=" not in part) or part.startswith(".") or part.endswith("._COPYING_")
-
     base = root.rstrip("/")
     files = sorted(fs.find(base)) if fs.isdir(base) else [base]
-    return [f for f in files if not any(hidden(p) for p in f[len(base) :].split("/") if p)]
+    return [f for f in files if not any(_hidden(p) for p in f[len(base) :].split("/") if p)]
 
 
 def _column_types(fs: Any, file: str, data_format: str) -> dict[str, DataType | str]:

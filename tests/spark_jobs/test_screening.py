@@ -16,8 +16,8 @@ from airflow_provider_wm.core.segments import Segment
 from airflow_provider_wm.core.windowing import Aggregate, AggregationSpec, StoreWatermark
 from airflow_provider_wm.core.windows import Tumbling
 from spark_jobs import controller, partitions, windowed
-from spark_jobs.common import run_and_record
-from spark_jobs.screening import reads_as, screen_dataset
+from spark_jobs.common import read_dataset_and_schema, run_and_record
+from spark_jobs.screening import reads_as, screen_dataset, stored_spark_schema
 from tests.factories import mark, write_marks, write_segments
 from tests.flaky_store import failing_opens
 
@@ -53,6 +53,48 @@ def test_screening_keeps_files_that_read_together_and_names_why_each_other_one_i
     assert reasons["e.parquet"].startswith("not a readable parquet file")
     assert set(reasons) == {"d.parquet", "e.parquet"}
     assert {u.dataset for u in unreadable} == {str(data)}
+
+
+SPARK_TYPES = """SELECT 'a' AS s, CAST(1 AS INT) AS i, id AS n, CAST(2.5 AS DOUBLE) AS d,
+    CAST(1.25 AS DECIMAL(10, 2)) AS m, TIMESTAMP '2026-01-01 00:00:00' AS t,
+    TIMESTAMP_NTZ '2026-01-01 00:00:00' AS tn, DATE '2026-01-01' AS day,
+    map(id, id + 1) AS position, array('x', NULL) AS tags, named_struct('k', 'v', 'w', CAST(NULL AS BIGINT)) AS meta
+    FROM range(3)"""
+
+
+def test_a_folder_spark_wrote_is_read_with_the_schema_in_its_footer_as_spark_infers_it(spark, tmp_path):
+    path = str(tmp_path / "written")
+    spark.sql(SPARK_TYPES).repartition(2).write.parquet(path)
+    inferred = spark.read.parquet(path)
+
+    stored = stored_spark_schema(path, "parquet")
+    read = read_dataset_and_schema(spark, path)
+
+    assert stored is not None and stored.simpleString() == inferred.schema.simpleString()
+    assert read is not None and read[1] == inferred.schema
+    assert sorted(read[0].collect()) == sorted(inferred.collect())
+
+
+def test_spark_infers_the_schema_of_a_folder_it_did_not_write_or_of_partition_folders(spark, tmp_path):
+    by_pyarrow = tmp_path / "pyarrow"
+    write_file(by_pyarrow / "part-0.parquet", {"k": ["a"]})
+    partitioned = str(tmp_path / "partitioned")
+    spark.sql("SELECT id, id % 2 AS day FROM range(4)").write.partitionBy("day").parquet(partitioned)
+    garbage_first = tmp_path / "garbage_first"
+    spark.sql("SELECT id FROM range(2)").write.parquet(str(garbage_first))
+    (garbage_first / "a-stray.parquet").write_bytes(b"not Parquet")
+    only_marker = tmp_path / "only_marker"
+    only_marker.mkdir()
+    (only_marker / "_SUCCESS").write_bytes(b"")
+
+    assert stored_spark_schema(str(by_pyarrow), "parquet") is None  # no schema of Spark's in its footer
+    assert stored_spark_schema(partitioned, "parquet") is None  # Spark types day from the folder names
+    assert stored_spark_schema(str(garbage_first), "parquet") is None  # the first file does not read
+    assert stored_spark_schema(str(only_marker), "parquet") is None  # no data file
+    assert stored_spark_schema(str(tmp_path / "missing"), "parquet") is None
+    assert stored_spark_schema(partitioned, "orc") is None
+    read = read_dataset_and_schema(spark, partitioned)
+    assert read is not None and read[1].simpleString() == "struct<id:bigint,day:int>"
 
 
 def controller_request(tmp_path: Path, marks: str, segments: str, round_name: str, state_in: str | None):
