@@ -37,11 +37,13 @@ round).
 Spark actions are the fixed cost of a small round (a few hundred milliseconds each, most of a round over Spark
 Connect), so each one is accounted for: a round with no sequenced and no bad mark runs six (the segments, one
 count over the report times, a look for a sequenced mark in the round's row groups, the writers' rows, the
-verdicts, the writers' state), besides reading the schema of the marks and the segments; the streams' state,
-one row per watermark already on the driver, is written by pyarrow, and the state's parts are read with the
-schema stored beside them. The exact path, gap-free progress and a previous progress state add their own. Spark
-runs each shuffle of an action as a job of its own, so the frames of one row per writer (or fewer) are
-aggregated and joined in one task instead: ten jobs in a steady round (``bench/controller_watermark.py``).
+verdicts, the writers' state), plus a job each to infer the schema of the marks and of the segments unless Spark
+wrote them (then the schema Spark stored in a file's footer is read on the driver,
+:func:`~spark_jobs.screening.stored_spark_schema`); the streams' state, one row per watermark already on the
+driver, is written by pyarrow, and the state's parts are read with the schema stored beside them. The exact path,
+gap-free progress and a previous progress state add their own. Spark runs each shuffle of an action as a job of
+its own, so the frames of one row per writer (or fewer) are aggregated and joined in one task instead: eight jobs
+in a steady round over marks Spark wrote (``bench/controller_watermark.py``).
 
 Outputs: the next controller state (``writers/``, ``streams/``, with gap-free progress ``origins/`` and
 ``pending/``: Parquet, each with ``_wm_schema.json``), the quarantine of bad and rejected marks with a
