@@ -164,7 +164,7 @@ def stored_spark_schema(path: str, data_format: str) -> StructType | None:
             metadata = parquet.read_metadata(handle).metadata or {}
         stored = metadata.get(SPARK_SCHEMA_KEY)
         return None if stored is None else StructType.fromJson(json.loads(stored))
-    except (ArrowException, OSError, ValueError, KeyError, ImportError) as exc:  # Spark infers it, as before
+    except (ArrowException, OSError, ValueError, KeyError, TypeError, ImportError) as exc:  # Spark infers it
         log.debug("no stored Spark schema for %s (%s): Spark infers it", path, exc)
         return None
 
