@@ -177,7 +177,9 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     if origins is not None:  # a round with no sequenced mark and no earlier one writes no progress state
         write_state(origins, f"{request.state_out}/origins", ORIGINS_STATE_SCHEMA)
     pending_sequences: dict[str, int] = {}
-    if pending is not None:
+    if progress is not None and pending is None:  # progress knows that no chunk waits: no read of the state
+        write_driver_state(spark, [], f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
+    elif pending is not None:
         write_state(pending, f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
         written = read_state(spark, request.state_out, "pending", PENDING_STATE_SCHEMA)
         assert written is not None, "written a moment ago"

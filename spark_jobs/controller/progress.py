@@ -40,7 +40,7 @@ class Progress:
     bad: DataFrame | None  # quarantined sequenced marks: MARKS_SCHEMA + reason; None: none can be
     seen: DataFrame  # KEYS of writers with a sane sequenced mark in the round
     origins: DataFrame  # next ORIGINS_STATE_SCHEMA
-    pending: DataFrame  # next PENDING_STATE_SCHEMA
+    pending: DataFrame | None  # next PENDING_STATE_SCHEMA; None: no chunk waits (known without reading the state)
     dense: DataFrame | None = None  # ORIGIN_KEYS + prefix_end of dense origins: their marks up to it are released
 
 
@@ -59,18 +59,23 @@ def advance_origins(
     -> 5; 6 is missing), and its rows are released or kept waiting through a broadcast join, with no
     per-sequence shuffle. Its marks of the round that are released are not in ``released``: the round's scan
     of the marks picks them out with ``dense`` (:func:`spark_jobs.controller.marks.round_marks`), and the marks
-    are read again for the pending state only when some of them wait. Every other origin with marks in the
-    round takes the exact path (:func:`exact_origins`).
+    are read again for the pending state only when some of them wait. When the decisions show that no chunk
+    waits after the round (every origin dense, none with chunks above its prefix end, none untouched with
+    chunks waiting), ``pending`` is ``None``: the next pending state is empty, without a read of this one.
+    Every other origin with marks in the round takes the exact path (:func:`exact_origins`).
     """
     sequenced = sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
-    # one row per origin with marks in the round: small; with how many take the exact path, and the lowest
-    # prefix end of the dense origins with marks of the round that wait (a bound on their numbers)
+    # one row per origin with marks in the round or chunks waiting: small; with how many take the exact path,
+    # the lowest prefix end of the dense origins with marks of the round that wait (a bound on their numbers),
+    # and how many origins keep chunks waiting (those untouched by the round, the dense ones with some above
+    # their prefix end)
     decisions = origin_decisions(sequenced, origins0, pending0, segments).localCheckpoint()
     counts = (
         decisions.coalesce(1)  # one task over the checkpoint's blocks: one Spark job, no shuffle
         .agg(
-            F.count(F.when(~F.col("dense"), 1)).alias("exact"),
+            F.count(F.when(F.col("arrived") & ~F.col("dense"), 1)).alias("exact"),
             F.min(F.when(F.col("dense") & F.col("arrivals_wait"), F.col("prefix_end"))).alias("waiting_above"),
+            F.count(F.when(~F.col("arrived") | (F.col("dense") & F.col("pending_waits")), 1)).alias("keep_pending"),
         )
         .first()  # small: one row of counts
     )
@@ -96,19 +101,16 @@ def advance_origins(
     dense_keys = dense_decisions.select(*ORIGIN_KEYS, "prefix_end")
     if counts["exact"] == 0:  # the dense origins' marks are all good
         # the stored chunks that still wait, of every origin, in one read of the pending state
-        still_pending = (
-            pending0.join(dense, ORIGIN_KEYS, "left")
-            .where(F.col("prefix_end").isNull() | ~released_now)
-            .select(*pending_columns)
-        )
-        return Progress(
-            released,
-            None,
-            seen,
-            other_origins0.unionByName(dense_origins),
-            still_pending if arrived_waiting is None else still_pending.unionByName(arrived_waiting),
-            dense_keys,
-        )
+        still_pending = None
+        if counts["keep_pending"] > 0:
+            still_pending = (
+                pending0.join(dense, ORIGIN_KEYS, "left")
+                .where(F.col("prefix_end").isNull() | ~released_now)
+                .select(*pending_columns)
+            )
+        if arrived_waiting is not None:
+            still_pending = arrived_waiting if still_pending is None else still_pending.unionByName(arrived_waiting)
+        return Progress(released, None, seen, other_origins0.unionByName(dense_origins), still_pending, dense_keys)
     waiting = dense_pending0.where(~released_now).select(*pending_columns)
     if arrived_waiting is not None:
         waiting = waiting.unionByName(arrived_waiting)
@@ -119,7 +121,7 @@ def advance_origins(
         exact.bad,
         exact.seen.unionByName(seen),
         exact.origins.unionByName(dense_origins),
-        exact.pending.unionByName(waiting),
+        waiting if exact.pending is None else exact.pending.unionByName(waiting),
         dense_keys,
     )
 
@@ -146,9 +148,12 @@ def sequence_reason(segments: dict[str, dict[int, Segment]]) -> Column:
 def origin_decisions(
     sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: dict[str, dict[int, Segment]]
 ) -> DataFrame:
-    """Per origin with marks in the round: ``dense`` (see :func:`advance_origins`), its committed sequence,
-    when dense the end of its gap-free prefix, and ``arrivals_wait``: a mark of the round has a number past
-    that end (it waits in the pending state).
+    """Per origin with marks in the round or chunks waiting in ``pending0``: ``arrived`` (it has marks in the
+    round; one without is untouched by it, as in core, and never dense), ``dense`` (see :func:`advance_origins`),
+    its committed sequence, when dense the end of its gap-free prefix, ``arrivals_wait``: a mark of the round has
+    a number past that end (it waits in the pending state), and ``pending_waits``: so has a chunk of
+    ``pending0`` (it keeps waiting). Committed 3, sequences 4 5 7 arriving and 9 waiting: prefix end 5, both
+    wait.
 
     One scan of the marks and fixed-width aggregates only (no per-origin lists, which Spark sorts once an
     aggregation holds more than a few hundred groups). Each sequence number sets bit ``seq - committed - 1``
@@ -207,6 +212,7 @@ def origin_decisions(
         F.min(F.coalesce(F.col("clean") & in_reach, F.lit(False)).cast("int")).alias("clean"),
         F.max("arrived").alias("arrived"),
         F.max(F.when(F.col("arrived") == 1, F.col("bit"))).alias("last_arrival"),
+        F.max(F.when(F.col("arrived") == 0, F.col("bit"))).alias("last_pending"),
         F.sum("first").alias("marks"),
         F.bit_or(F.when(in_reach, F.expr("shiftleft(CAST(1 AS BIGINT), CAST(pmod(bit, 64) AS INT))"))).alias("bits"),
     )
@@ -215,13 +221,15 @@ def origin_decisions(
         F.min("clean").alias("clean"),
         F.max("arrived").alias("arrived"),
         F.max("last_arrival").alias("last_arrival"),
+        F.max("last_pending").alias("last_pending"),
         (F.sum("marks") == F.sum(F.bit_count(F.coalesce("bits", F.lit(0))))).alias("distinct"),
         F.collect_list(F.when(full, F.col("word"))).alias("full_words"),
         # no entry for a null word (a mark without a number: not clean)
         F.map_from_entries(F.collect_list(F.when(F.col("word").isNotNull(), F.struct("word", "bits")))).alias("words"),
     )
     valid_keys = F.col("stream").rlike(STREAM_NAME_REGEX) & ~invalid_key()
-    dense = (F.col("clean") == 1) & F.col("distinct") & valid_keys
+    arrived = F.col("arrived") == 1
+    dense = arrived & (F.col("clean") == 1) & F.col("distinct") & valid_keys
     # the first word that is not full, and the first unset bit in it (the trailing ones of its bits)
     first_open = F.array_min(
         F.array_except(F.sequence(F.lit(0).cast(LongType()), F.size("full_words").cast(LongType())), "full_words")
@@ -229,23 +237,26 @@ def origin_decisions(
     open_bits = F.coalesce(F.try_element_at("words", first_open), F.lit(0).cast(LongType()))
     trailing_ones = F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1
     prefix_end = F.col("committed_seq") + first_open * 64 + trailing_ones
-    # an origin with chunks waiting but none arriving is not touched by the round (as in core)
-    return (
-        per_origin.where(F.col("arrived") == 1)
-        .select(
-            *ORIGIN_KEYS,
-            "committed_seq",
-            F.coalesce(dense, F.lit(False)).alias("dense"),
-            F.when(dense, prefix_end).alias("prefix_end"),
-            "last_arrival",
-        )
-        .select(
-            *ORIGIN_KEYS,
-            "committed_seq",
-            "dense",
-            "prefix_end",
-            (F.col("committed_seq") + F.col("last_arrival") + 1 > F.col("prefix_end")).alias("arrivals_wait"),
-        )
+
+    def waits(last_bit: str) -> Column:  # a number past the prefix end (null bits: none, or not dense)
+        return F.coalesce(F.col("committed_seq") + F.col(last_bit) + 1 > F.col("prefix_end"), F.lit(False))
+
+    return per_origin.select(
+        *ORIGIN_KEYS,
+        "committed_seq",
+        arrived.alias("arrived"),
+        F.coalesce(dense, F.lit(False)).alias("dense"),
+        F.when(dense, prefix_end).alias("prefix_end"),
+        "last_arrival",
+        "last_pending",
+    ).select(
+        *ORIGIN_KEYS,
+        "committed_seq",
+        "arrived",
+        "dense",
+        "prefix_end",
+        waits("last_arrival").alias("arrivals_wait"),
+        waits("last_pending").alias("pending_waits"),
     )
 
 

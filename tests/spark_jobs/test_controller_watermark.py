@@ -27,6 +27,7 @@ from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.controller import run
 from spark_jobs.controller.emission import SINGLE_TASK_MARKS
 from spark_jobs.controller.marks import is_known, names_unknown_segment, read_segments
+from spark_jobs.controller.schemas import PENDING_STATE_SCHEMA
 from tests.factories import (
     E1,
     ROUND_1,
@@ -417,6 +418,25 @@ def test_stored_chunks_are_released_kept_or_joined_by_new_waiting_ones_like_the_
         assert_same(core, manifest, state, spark, "")
     assert [m["streams"]["s"]["pending_sequences"] for _, m, _ in results] == [3, 4]
     assert results[1][2].streams["s"].writers["w"].time_ms == 300
+
+
+def test_a_round_that_releases_every_waiting_chunk_writes_an_empty_pending_state_the_next_round_reads(spark, tmp_path):
+    """Round 2 fills both origins' gaps, so no chunk waits after it: its pending state is empty (written without
+    reading round 1's), carries the state's schema, and round 3 continues from it like the reference."""
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    rounds = [
+        [sequenced("w", 1, 100, 1_000), sequenced("w", 3, 300, 1_100), sequenced("v", 2, 200, 1_000)],
+        [sequenced("w", 2, 200, 3_000), sequenced("v", 1, 100, 3_000)],
+        [sequenced("w", 5, 500, 5_000), sequenced("v", 3, 300, 5_000)],
+    ]
+    results = list(run_both(spark, tmp_path, rounds, config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert [m["streams"]["s"]["pending_sequences"] for _, m, _ in results] == [2, 0, 1]
+    pending = pyarrow.parquet.read_table(tmp_path / "round1-state" / "pending")
+    assert pending.num_rows == 0
+    assert pending.schema.names == PENDING_STATE_SCHEMA.fieldNames()
+    assert results[2][2].streams["s"].writers["v"].time_ms == 300
 
 
 def tiling(first_id: int, count: int) -> list[Segment]:
