@@ -57,7 +57,8 @@ def get_session() -> SparkSession:
 
 @contextlib.contextmanager
 def job_session(spark: SparkSession) -> Iterator[None]:
-    """The session as a job runs on it: its SQL time zone UTC, and the thread's active session.
+    """The session as a job runs on it: its SQL time zone UTC, the thread's active session, and under a local
+    master its file listings on the driver (:func:`list_files_on_driver`).
 
     Times in the data contracts are UTC: a timestamp without a zone (Parquet ``TIMESTAMP_NTZ``, what pandas
     writes for naive datetimes) or an ISO string without an offset is read as UTC whatever the cluster's default
@@ -68,6 +69,7 @@ def job_session(spark: SparkSession) -> Iterator[None]:
     with the job's other frames fails with SESSION_NOT_SAME. A classic session needs nothing.
     """
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    list_files_on_driver(spark)
     registry = getattr(type(spark), "_active_session", None)
     if not isinstance(registry, threading.local):
         yield
@@ -149,14 +151,44 @@ def size_shuffles(spark: SparkSession) -> None:
     """Unless the submitter chose, shuffle into as many partitions as a local master has cores, not Spark's 200.
 
     After a job's first scan its frames are small; 200 partitions per shuffle would cost more than the work.
-    Read from the session's conf alone, which Spark Connect has too.
     """
     if spark.conf.get("spark.sql.shuffle.partitions") != "200":
         return
-    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", str(spark.conf.get("spark.master", "")))
-    if match:
-        cores = (os.cpu_count() or 2) if match.group(1) in (None, "*") else int(match.group(1))
+    cores = local_cores(_master(spark))
+    if cores is not None:
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, cores)))
+
+
+PARALLEL_LISTING = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+"""Spark lists a folder with more subfolders than this in a Spark job of its own (default 32)."""
+
+
+def list_files_on_driver(spark: SparkSession) -> None:
+    """Unless the submitter chose, list a dataset's folders on the driver under a local master, however many.
+
+    Spark lists a folder of more than 32 subfolders (a source partitioned by day has 365 a year; an output has
+    one ``wm_run=`` folder per run) in a Spark job with a task per subfolder, to spread a remote store's listing
+    over the executors. Under a local master those tasks run in the driver's JVM anyway, so the job adds its
+    scheduling and nothing else. Other masters keep Spark's setting.
+    """
+    if spark.conf.get(PARALLEL_LISTING) == "32" and local_cores(_master(spark)) is not None:
+        spark.conf.set(PARALLEL_LISTING, str(2**31 - 1))
+
+
+def local_cores(master: str) -> int | None:
+    """The cores of a local master (``local``: 1, ``local[4]`` or ``local[4,2]``: 4, ``local[*]``: the machine's),
+    ``None`` for any other master (``spark://host:7077``, ``yarn``)."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    return (os.cpu_count() or 2) if match.group(1) == "*" else int(match.group(1))
+
+
+def _master(spark: SparkSession) -> str:
+    """The session's master, read from its conf alone, which Spark Connect has too."""
+    return str(spark.conf.get("spark.master", ""))
 
 
 def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:

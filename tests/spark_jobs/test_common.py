@@ -1,0 +1,58 @@
+"""The session settings every job applies (spark_jobs.common): how a local master lists files and sizes shuffles."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from spark_jobs.common import PARALLEL_LISTING, job_session, list_files_on_driver, local_cores
+
+
+@pytest.mark.parametrize(
+    ("master", "cores"),
+    [
+        ("local", 1),
+        ("local[3]", 3),
+        ("local[4,2]", 4),
+        ("local[*]", os.cpu_count() or 2),
+        ("spark://127.0.0.1:7077", None),
+        ("yarn", None),
+        ("local-cluster[2,1,1024]", None),
+        ("", None),
+    ],
+)
+def test_local_cores_counts_a_local_masters_cores_and_none_for_any_other_master(master, cores):
+    assert local_cores(master) == cores
+
+
+@pytest.fixture
+def listing_threshold(spark):
+    """The session's listing threshold restored after the test (the session is shared)."""
+    before = spark.conf.get(PARALLEL_LISTING)
+    spark.conf.unset(PARALLEL_LISTING)
+    yield
+    spark.conf.set(PARALLEL_LISTING, before)
+
+
+def test_a_job_on_a_local_master_lists_every_folder_on_the_driver(spark, listing_threshold):
+    assert spark.conf.get(PARALLEL_LISTING) == "32"  # Spark's default
+    with job_session(spark):
+        assert spark.conf.get(PARALLEL_LISTING) == str(2**31 - 1)
+
+
+def test_a_listing_threshold_the_submitter_set_is_kept(spark, listing_threshold):
+    spark.conf.set(PARALLEL_LISTING, "64")
+    list_files_on_driver(spark)
+    assert spark.conf.get(PARALLEL_LISTING) == "64"
+
+
+def test_a_partitioned_folder_of_many_partitions_reads_the_same_listed_on_the_driver(
+    spark, tmp_path, listing_threshold
+):
+    """40 partition folders, more than Spark's default threshold: every row and partition value reads back."""
+    path = str(tmp_path / "days")
+    spark.range(400).selectExpr("id", "CAST(id % 40 AS INT) AS day").write.partitionBy("day").parquet(path)
+    list_files_on_driver(spark)
+    rows = spark.read.parquet(path).selectExpr("count(1) AS n", "count(DISTINCT day) AS days", "sum(id) AS ids")
+    assert rows.first().asDict() == {"n": 400, "days": 40, "ids": sum(range(400))}
