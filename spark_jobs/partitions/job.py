@@ -49,6 +49,7 @@ class Job:
         self.write_id = uuid.uuid4().hex
         self.transform = load_transform(args)
         self.quarantine_path = args.quarantine_path or f"{args.round_out}/quarantine"
+        self._planned_rows: dict[tuple[tuple[Any, ...], ...], tuple[DataFrame, DataFrame]] = {}
         if not path_exists(spark, args.source):
             raise ValueError(f"source {args.source} does not exist (an empty folder is a source without rows)")
         self.source = read_dataset(spark, args.source, args.source_format)
@@ -105,7 +106,23 @@ class Job:
 
     def rows(self, units: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
         """(rows of ``units`` with their work-unit columns, bad rows with their ``reason``) from one filtered
-        read. Needs a source with rows (``self.source`` is not None)."""
+        read. Needs a source with rows (``self.source`` is not None). Planned once per set of units: the counts,
+        the quarantine and the write of a run read the same frames (each plan costs the driver a few dozen
+        DataFrame operations)."""
+        key = tuple(
+            sorted(
+                (
+                    *work_unit_key(u),
+                    *(int(u[f]) for f in ("partition_start", "partition_end", "range_start", "range_end")),
+                )
+                for u in units
+            )
+        )
+        if key not in self._planned_rows:
+            self._planned_rows[key] = self._plan_rows(units)
+        return self._planned_rows[key]
+
+    def _plan_rows(self, units: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
         assert self.source is not None, "a source without rows has no rows to read"
         intervals = merged_intervals(units)
         condition = read_filter(self.source, self.args, intervals)
