@@ -258,7 +258,7 @@ def scan_selection(spark: SparkSession, work: Path, name: str, target: Path) -> 
     """Source partitions and files the job's read selects (partition pruning), from the planned scan."""
     try:
         units = json.loads((work / "runs" / f"{name}-plan.json").read_text())["work_units"]
-        frame, _ = Job(spark, job_request(work, name, units, target), units).rows(units)
+        frame = Job(spark, job_request(work, name, units, target), units).rows(units).rows
         leaves = frame._jdf.queryExecution().sparkPlan().collectLeaves()  # the physical plan before AQE
         for i in range(leaves.size()):
             node = leaves.apply(i)

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
@@ -21,10 +21,12 @@ from spark_jobs.common import (
 )
 from spark_jobs.partitions.layout import (
     LIST_FOLDERS_UP_TO,
+    OBSERVE_UNITS_UP_TO,
     PARTITION_COLUMNS,
     ROW_ID,
     UNKNOWN_UNIT_SAMPLES,
     WORK_UNITS_SCHEMA,
+    PlannedRows,
     Quarantined,
     any_of,
     load_transform,
@@ -33,7 +35,7 @@ from spark_jobs.partitions.layout import (
     with_row_ids,
     work_unit_key,
 )
-from spark_jobs.sql_text import ident, invalid_time, parse_time, time_ms
+from spark_jobs.sql_text import ident, invalid_time, parse_time, string, time_ms
 
 __all__ = ["Job", "main", "run"]
 
@@ -49,7 +51,7 @@ class Job:
         self.write_id = uuid.uuid4().hex
         self.transform = load_transform(args)
         self.quarantine_path = args.quarantine_path or f"{args.round_out}/quarantine"
-        self._planned_rows: dict[tuple[tuple[Any, ...], ...], tuple[DataFrame, DataFrame]] = {}
+        self._planned_rows: dict[tuple[tuple[Any, ...], ...], PlannedRows] = {}
         if not path_exists(spark, args.source):
             raise ValueError(f"source {args.source} does not exist (an empty folder is a source without rows)")
         self.source = read_dataset(spark, args.source, args.source_format)
@@ -104,11 +106,10 @@ class Job:
             )
         return reason
 
-    def rows(self, units: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
-        """(rows of ``units`` with their work-unit columns, bad rows with their ``reason``) from one filtered
-        read. Needs a source with rows (``self.source`` is not None). Planned once per set of units: the counts,
-        the quarantine and the write of a run read the same frames (each plan costs the driver a few dozen
-        DataFrame operations)."""
+    def rows(self, units: list[dict[str, Any]]) -> PlannedRows:
+        """The frames of one filtered read of ``units`` (:class:`PlannedRows`). Needs a source with rows
+        (``self.source`` is not None). Planned once per set of units: the counts, the quarantine and the write of
+        a run read the same frames (each plan costs the driver a few dozen DataFrame operations)."""
         key = tuple(
             sorted(
                 (
@@ -122,44 +123,40 @@ class Job:
             self._planned_rows[key] = self._plan_rows(units)
         return self._planned_rows[key]
 
-    def _plan_rows(self, units: list[dict[str, Any]]) -> tuple[DataFrame, DataFrame]:
+    def _plan_rows(self, units: list[dict[str, Any]]) -> PlannedRows:
         assert self.source is not None, "a source without rows has no rows to read"
         intervals = merged_intervals(units)
         condition = read_filter(self.source, self.args, intervals)
         frame = self.source if condition is None else self.source.where(condition)
         frame = frame.withColumn("wm_reason", self.quarantine_reason(intervals))
         bad = frame.where(F.col("wm_reason").isNotNull()).withColumnRenamed("wm_reason", "reason")
-        good = frame.where(F.col("wm_reason").isNull()).select(
-            *[F.col(c) for c in self.source.columns],
+        # a bad row has no time here, so it joins no work unit
+        timed = frame.withColumn(
+            "wm_time",
             # guarded: a number far out of range would overflow the conversion
             F.when(
                 F.col("wm_reason").isNull(),
                 F.expr(
                     parse_time(ident(self.args.time_column), self.time_type, f"time_column={self.args.time_column!r}")
                 ),
-            ).alias("wm_time"),
-        )
+            ),
+        ).withColumn("wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS))
         days = self._work_units_frame(units).withColumn(
             "wm_day",
             F.explode(
                 F.sequence(F.floor(F.col("range_start_ms") / DAY_MS), F.floor((F.col("range_end_ms") - 1) / DAY_MS))
             ),
         )
-        good = good.withColumn("wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS))
-        keys = [good["wm_day"] == days["wm_day"]]
-        if self.args.unit_column:
-            keys.append(good[self.args.unit_column].cast("string") == days["wm_unit"])
-        millis = F.unix_millis(good["wm_time"])
-        joined = (
-            good.join(F.broadcast(days), on=keys)
-            .where((millis >= days["range_start_ms"]) & (millis < days["range_end_ms"]))
-            .drop(good["wm_day"])
-            .drop(days["wm_day"])
+        millis = F.unix_millis(timed["wm_time"])
+        in_unit = (
+            (timed["wm_day"] == days["wm_day"]) & (millis >= days["range_start_ms"]) & (millis < days["range_end_ms"])
         )
+        if self.args.unit_column:
+            in_unit = in_unit & (timed[self.args.unit_column].cast("string") == days["wm_unit"])
         columns = [c for c in self.source.columns if c not in PARTITION_COLUMNS]
-        shaped = joined.select(
-            *[good[c] for c in columns],
-            good["wm_time"],
+        shaped = timed.join(F.broadcast(days), on=in_unit).select(
+            *[timed[c] for c in columns],
+            timed["wm_time"],
             days["wm_partition"],
             days["wm_unit"],
             F.timestamp_millis(days["partition_start_ms"]).alias("wm_partition_start"),
@@ -167,26 +164,36 @@ class Job:
             F.timestamp_millis(days["range_start_ms"]).alias("wm_range_start"),
             F.timestamp_millis(days["range_end_ms"]).alias("wm_range_end"),
         )
-        return shaped, bad
+        counts = (
+            timed.join(F.broadcast(days), on=in_unit, how="left")
+            .groupBy(days["wm_partition"], days["wm_unit"], timed["wm_reason"])
+            .count()
+        )
+        return PlannedRows(shaped, bad, counts)
 
-    def rows_read(self) -> dict[tuple[str, str], int]:
+    def read_counts(self) -> tuple[dict[tuple[str, str], int], int]:
+        """Rows read per work unit of the plan, and the bad rows among the rows read, from one scan (a run whose
+        read has no bad row skips the quarantine's own scan)."""
         if self.source is None:
-            return {}
-        rows, _ = self.rows(self.units)
-        counts = rows.groupBy(*PARTITION_COLUMNS).count().collect()  # one row per work unit of the plan: small
-        return {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counts}
+            return {}, 0
+        counted = self.rows(self.units).counts.collect()  # one row per work unit of the plan and reason: small
+        read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
+        return read, sum(int(r["count"]) for r in counted if r["wm_reason"] is not None)
 
-    def quarantine(self) -> Quarantined:
+    def quarantine(self, bad_rows: int) -> Quarantined:
         """Quarantine the bad rows no committed version holds yet, into this run's version (see the module's
-        docstring): each bad row is counted once, however many runs read it."""
+        docstring): each bad row is counted once, however many runs read it. ``bad_rows``: how many the read has
+        (:meth:`read_counts`); with none, and no earlier attempt's version to keep or replace, nothing is read."""
         version = self.args.version
+        if bad_rows == 0 and not path_exists(self.spark, f"{self.quarantine_path}/wm_version={version}"):
+            return Quarantined({}, {}, [])
         existing = read_dataset(self.spark, self.quarantine_path, job_output=True)
         stored_version = F.col("wm_version").cast("long")
         seen_before: dict[str, int] = {}
         samples: list[str] = []
         parts: list[DataFrame] = []
         if self.source is not None:
-            _, bad = self.rows(self.units)
+            bad = self.rows(self.units).bad
             bad = with_row_ids(bad, self.source.columns)
             if existing is not None:
                 known = existing.where(stored_version < version).select(ROW_ID).distinct()
@@ -233,27 +240,39 @@ class Job:
             )
         return {r["reason"]: int(r["count"]) for r in counted}
 
-    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, set[tuple[str, str]]]:
-        """The rows to write for ``units`` (None: none) and the units among them that keep earlier rows."""
+    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, Observation | None, set[tuple[str, str]]]:
+        """The rows to write for ``units`` (None: none), the observation of this run's rows per unit (None: too
+        many units to observe, see :data:`OBSERVE_UNITS_UP_TO`), and the units that keep earlier rows."""
         out: DataFrame | None = None
+        observation: Observation | None = None
         if self.source is not None:
-            rows, _ = self.rows(units)
-            out = self.transform(self.spark, rows)
+            out = self.transform(self.spark, self.rows(units).rows)
             lacking = [c for c in PARTITION_COLUMNS if c not in out.columns]
             if lacking:
                 raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
             out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
+            if len(units) <= OBSERVE_UNITS_UP_TO:
+                observation = Observation("rows_written")
+                out = out.observe(observation, *self._rows_per_unit(units))
         partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
         previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
         if previous is None:
-            return out, set()
+            return out, observation, set()
         kept = self._kept_rows(previous, partial, previous.columns if out is None else out.columns)
         keeping_units = kept.select(*PARTITION_COLUMNS).distinct()
         keeping = {
             (r["wm_partition"], r["wm_unit"])
             for r in keeping_units.collect()  # one row per partial unit: small
         }
-        return (kept if out is None else out.unionByName(kept)), keeping
+        return (kept if out is None else out.unionByName(kept)), observation, keeping
+
+    @staticmethod
+    def _rows_per_unit(units: list[dict[str, Any]]) -> list[Column]:
+        """One count per work unit, named by its position in ``units`` (SQL text: one call to the JVM each)."""
+        return [
+            F.expr(f"count_if(wm_partition = {string(partition)} AND wm_unit = {string(unit)}) AS `{i}`")
+            for i, (partition, unit) in enumerate(work_unit_key(u) for u in units)
+        ]
 
     def _unit_outputs(self, keys: set[tuple[str, str]]) -> DataFrame | None:
         """The target's current output of these work units (None when there is none). For a few units only
@@ -295,24 +314,34 @@ class Job:
         return kept.localCheckpoint(eager=True)
 
     def write(self, units: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
-        """Write ``units`` (dynamic overwrite); returns rows written per unit, removing stale outputs."""
-        out, keeping = self._output(units)
+        """Write ``units`` (dynamic overwrite); returns this run's rows written per unit, removing stale outputs.
+        The rows are counted while they are written (observed), or for many units read back after the write."""
+        out, observation, keeping = self._output(units)
         if out is not None:
             out.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
-        keys = {work_unit_key(u) for u in units}
+        keys = [work_unit_key(u) for u in units]
+        if observation is not None:
+            observed = observation.get
+            counts = {key: int(observed[str(i)]) for i, key in enumerate(keys)}
+        else:
+            counts = self._written_rows(set(keys))
+        for key in set(keys) - keeping:
+            if not counts.get(key):  # executed, no rows now nor kept: its previous output is stale
+                delete_path(self.spark, f"{self.args.target}/wm_partition={key[0]}/wm_unit={key[1]}")
+        return {key: counts.get(key, 0) for key in keys}
+
+    def _written_rows(self, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """This run's rows in the target's folders of ``keys``, read back."""
         outputs = self._unit_outputs(keys)
+        if outputs is None:
+            return {}
         written = (
-            []
-            if outputs is None
-            else outputs.where(F.col("wm_write_id") == self.write_id)
+            outputs.where(F.col("wm_write_id") == self.write_id)
             .groupBy(*PARTITION_COLUMNS)
             .count()
             .collect()  # one row per work unit of the batch: small
         )
-        counts = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in written}
-        for key in keys - set(counts) - keeping:  # executed, no rows now nor kept: its previous output is stale
-            delete_path(self.spark, f"{self.args.target}/wm_partition={key[0]}/wm_unit={key[1]}")
-        return {key: counts.get(key, 0) for key in keys}
+        return {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in written}
 
     def execute(self, units: list[dict[str, Any]], outcomes: dict[tuple[str, str], dict[str, Any]]) -> None:
         """Write ``units``; on failure split the batch in halves until the failing units are isolated."""
@@ -341,8 +370,8 @@ def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
     if not units:
         return PartitionsManifest(pipeline=args.pipeline, run_id=args.run_id)
     job = Job(spark, args, units)
-    read_counts = job.rows_read()
-    quarantined = job.quarantine()
+    read_counts, bad_rows = job.read_counts()
+    quarantined = job.quarantine(bad_rows)
     outcomes: dict[tuple[str, str], dict[str, Any]] = {}
     job.execute(sorted(units, key=lambda u: (int(u["partition_start"]), str(u["unit"]))), outcomes)
     entries = []

@@ -26,10 +26,12 @@ from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 
 __all__ = [
     "LIST_FOLDERS_UP_TO",
+    "OBSERVE_UNITS_UP_TO",
     "PARTITION_COLUMNS",
     "ROW_ID",
     "UNKNOWN_UNIT_SAMPLES",
     "WORK_UNITS_SCHEMA",
+    "PlannedRows",
     "Quarantined",
     "load_transform",
     "merged_intervals",
@@ -50,6 +52,10 @@ UNKNOWN_UNIT_SAMPLES = 5
 
 LIST_FOLDERS_UP_TO = 64
 """Up to this many work units, the job reads their output folders directly instead of listing the target."""
+
+OBSERVE_UNITS_UP_TO = 64
+"""Up to this many work units in a write, the job counts each unit's rows while writing them (one conditional
+count per unit and row, in the write's own scan); above it, it reads the written folders back to count them."""
 
 WORK_UNITS_SCHEMA = StructType(
     [
@@ -167,6 +173,17 @@ def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame
         function = getattr(module, function_name)
         return lambda _spark, frame: function(frame)
     return lambda _spark, frame: frame
+
+
+class PlannedRows(NamedTuple):
+    """One filtered read of a set of work units: ``rows``, the good rows with their work unit's columns (the view
+    ``source``); ``bad``, the rows to quarantine with their ``reason``; ``counts``, the rows read per
+    ``(wm_partition, wm_unit, wm_reason)`` (a bad row has no unit; a good row outside every unit's range, read
+    for the margin of the source's partition filter, has neither)."""
+
+    rows: DataFrame
+    bad: DataFrame
+    counts: DataFrame
 
 
 class Quarantined(NamedTuple):

@@ -128,7 +128,7 @@ def test_the_read_prunes_source_partitions_to_the_plans_ranges(spark, tmp_path):
     unit = {"partition_start": iso_ms("2020-01-20"), "partition_end": iso_ms("2020-01-21"), "unit": "eu",
             "range_start": iso_ms("2020-01-20"), "range_end": iso_ms("2020-01-21")}  # fmt: skip
     job = Job(spark, args, [unit])
-    frame, _ = job.rows([unit])
+    frame = job.rows([unit]).rows
     plan_text = frame._explain_string(extended=False)  # the physical plan, over Spark Connect too
     assert (
         "PartitionFilters: [" in plan_text and "event_date" in plan_text.split("PartitionFilters: [")[1].split("]")[0]
@@ -202,6 +202,34 @@ def test_a_failing_unit_is_isolated_and_its_retry_leaves_no_duplicate_or_missing
     fixed = "SELECT *, CAST(NULL AS STRING) AS chk FROM source"
     assert execute(spark, tmp_path, retry, "f2", transform_sql=fixed, **kwargs)["status"] == "succeeded"
     assert target_rows(spark, tmp_path) == expected_rows(rows, first.executing())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("counted", ["while_written", "read_back"])
+def test_a_re_execution_counts_each_units_rows_written_and_removes_the_output_of_a_unit_left_without_rows(
+    spark, tmp_path, monkeypatch, counted
+):
+    """A few units count their rows while writing them, many read them back (``OBSERVE_UNITS_UP_TO``); both say
+    the same. The source loses day 01-02's ``us`` rows; the grace day re-executes it: 0 rows, old output gone."""
+    if counted == "read_back":
+        monkeypatch.setattr("spark_jobs.partitions.job.OBSERVE_UNITS_UP_TO", 0)
+    rows = events(2)
+    write_source(spark, tmp_path / "source", rows)
+    kwargs = {"unit_column": "region", "source_partition_column": "event_date"}
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+    manifest = execute(spark, tmp_path, first, "r1", **kwargs)
+    assert [(e["rows_read"], e["rows_written"]) for e in manifest["work_units"]] == [(3, 3)] * 4
+    gone = partition_key(iso_ms("2020-01-02")), "us"
+    kept = [r for r in rows if (partition_key(iso_ms(r[3].isoformat())), r[1]) != gone]
+    write_source(spark, tmp_path / "source", kept)
+    second = plan(DAILY, succeeded_state(first), iso_ms("2020-01-03"), units=UNITS, grace_ms=DAY_MS)
+    manifest = execute(spark, tmp_path, second, "r2", **kwargs)
+    assert {(e["wm_partition"], e["unit"]): (e["rows_read"], e["rows_written"]) for e in manifest["work_units"]} == {
+        (gone[0], "eu"): (3, 3),
+        gone: (0, 0),
+    }
+    assert not (tmp_path / "target" / f"wm_partition={gone[0]}" / "wm_unit=us").exists()
+    assert target_rows(spark, tmp_path) == expected_rows(kept, first.executing())
 
 
 @pytest.mark.slow
