@@ -92,13 +92,14 @@ def _counted(measured: dict[str, Any]) -> str:
     return "not counted" if measured["jobs"] < 0 else f"{measured['jobs']} / {measured['stages']}"
 
 
-def _runs(document: dict[str, Any], options: str, notes: list[str]) -> str:
+def _runs(document: dict[str, Any], options: str, notes: list[str], repeat: str | None = None) -> str:
     """The table of a benchmark whose runs each compare the job with a native floor (``runs``: label, job and
-    floor seconds / jobs / stages, ratio, target or None, met), its headline ratio and ``notes`` after it."""
+    floor seconds / jobs / stages, ratio, target or None, met), its headline ratio and ``notes`` after it;
+    ``repeat`` says how each figure was taken (default: the best of the document's ``repeat``)."""
     warm = f" after {document['warmup']} untimed calls of each" if document.get("warmup") else ""
+    taken = repeat or f"best of {document['repeat']}{warm}"
     lines = [
-        f"From `bench/results/{document['benchmark']}.json` ({options}, best of {document['repeat']}{warm}, "
-        f"{document['mode']}):",
+        f"From `bench/results/{document['benchmark']}.json` ({options}, {taken}, {document['mode']}):",
         "",
         "| run | job | jobs / stages | floor | jobs / stages | ratio | target |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -161,7 +162,13 @@ def _partitions(document: dict[str, Any]) -> str:
         f"{targets['state_bytes'] // 1024} KB), as the Variable's value {planning['variable_bytes']:,} bytes; "
         f"{'met' if planning['met'] else 'missed'}.",
     ]
-    return _runs(document, options, notes)
+    repeat = None
+    if "day2_repeat" in document:
+        repeat = (
+            f"first run best of {document['repeat']}, day-2 run best of {document['day2_repeat']} after "
+            f"{document['day2_warmup']} untimed call(s) of each"
+        )
+    return _runs(document, options, notes, repeat)
 
 
 RENDERERS: dict[str, tuple[Callable[[dict[str, Any]], str], str]] = {
