@@ -8,9 +8,10 @@
    (target < 64 KB) and as the Airflow Variable ``wm_partitions__<pipeline>`` would hold it
    (``PipelineState`` dumped the way ``commit_pipeline_state`` does).
 
-2. The Spark job (``spark_jobs/incremental_partitions.py``, in-process, one local session): a daily source
+2. The Spark job (``spark_jobs/partitions``, in-process, one local session): a daily source
    of ``--rows`` rows over ``--days`` days from 2025-01-01, generated with ``spark.range`` as Parquet
-   partitioned by ``event_date`` (one file per day) with ``event_time``, ``region`` (eu/us) and ``amount``.
+   partitioned by ``event_date`` (one file per day, the UTC date of ``event_time``, which the job is told with
+   ``source_partition_timezone="UTC"``) with ``event_time``, ``region`` (eu/us) and ``amount``.
    It is generated once under ``--work-dir`` and reused by later runs with the same parameters.
 
    - first run: the core plan at the end of the ``--days`` days, units ``eu`` and ``us`` (every work unit
@@ -251,6 +252,7 @@ def job_request(work: Path, name: str, units: list[dict[str, Any]], target: Path
         time_column="event_time",
         unit_column="region",
         source_partition_column="event_date",
+        source_partition_timezone="UTC",  # event_date is the UTC date of event_time
         transform_sql="SELECT * FROM source",
         target=str(target),
         round_out=str(work / "runs" / name),

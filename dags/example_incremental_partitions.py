@@ -44,6 +44,7 @@ with DAG(
         pipeline="orders_daily",
         source=f"{BASE}/orders",
         source_partition_column="event_date",
+        source_partition_timezone="UTC",  # event_date is the UTC date of event_time: read exactly those dates
         time_column="event_time",
         watermark={"from": "2026-01-01", "to": "P0D"},
         partition="daily",

@@ -32,7 +32,9 @@ class PartitionsRequest(JobRequest):
 
     ``quarantine_path`` is the pipeline's quarantine (default: ``<round_out>/quarantine``): the bad rows no
     earlier version quarantined go to its partition ``wm_version=<version>``, so each is counted once.
-    ``units`` lists every configured unit (``None``: units are not checked)."""
+    ``units`` lists every configured unit (``None``: units are not checked). ``source_partition_timezone``: the
+    zone in which ``source_partition_column``'s dates are the rows' dates (the read selects exactly the dates of
+    the ranges); ``None``: not known (a day of margin on each side)."""
 
     job: ClassVar[str] = "incremental_partitions"
     pipeline: str
@@ -45,6 +47,7 @@ class PartitionsRequest(JobRequest):
     source_format: str = "parquet"
     unit_column: str | None = None
     source_partition_column: str | None = None
+    source_partition_timezone: str | None = None
     transform_sql: str | None = None
     transform_callable: str | None = None
     units: list[str] | None = None

@@ -24,6 +24,7 @@ from airflow_provider_wm.core.partitions import (
     complete_until,
     format_day,
     plan,
+    zone_info,
 )
 from airflow_provider_wm.documents import read_document
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
@@ -106,6 +107,9 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         DataFrame) or the function itself, from an importable module (not the DAG file). The output must keep
         ``wm_partition`` and ``wm_unit``.
     :param source_partition_column: the source's partition column derived from the time (partition pruning).
+    :param source_partition_timezone: the zone in which that column's dates are the rows' dates (``"UTC"`` for
+        ``to_date(time)`` in a UTC session): a run then reads exactly the dates its ranges cover, instead of a
+        day of margin on each side. Needs ``source_partition_column``.
     :param timezone: the zone of zone-less bounds and of the partition steps (DST-aware).
     :param partial_partition: keep the last, incomplete partition (default) or drop it.
     :param backfill: ``(start, end)``: re-execute every work unit overlapping it, whatever its state.
@@ -148,6 +152,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         transform: str | Callable[..., Any] | None = None,
         source_format: str = "parquet",
         source_partition_column: str | None = None,
+        source_partition_timezone: str | None = None,
         timezone: str = "UTC",
         partial_partition: bool = True,
         backfill: tuple[Any, Any] | None = None,
@@ -169,6 +174,13 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         for argument, column in (("unit_column", unit_column), ("source_partition_column", source_partition_column)):
             if column is not None:
                 column_name(column, argument)
+        if source_partition_timezone is not None:
+            if source_partition_column is None:
+                raise ValueError(
+                    f"source_partition_timezone={source_partition_timezone!r} needs source_partition_column: the "
+                    "source's partition column whose dates are in that zone"
+                )
+            zone_info(source_partition_timezone, "source_partition_timezone")
         self.source_format: str = events_format_argument(source_format, "source_format")
         self.spec = PartitionSpec.build(watermark, partition, timezone=timezone, partial_partition=partial_partition)
         self.grace_ms = duration_ms(grace_period, "grace_period")
@@ -189,6 +201,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         self.time_column: str = time_column
         self.unit_column: str | None = unit_column
         self.source_partition_column: str | None = source_partition_column
+        self.source_partition_timezone: str | None = source_partition_timezone
         self.allow_partial_success = allow_partial_success
         self.plan_only = dry_run  # BaseOperator.dry_run is a method
 
@@ -394,6 +407,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
                 time_column=self.time_column,
                 unit_column=self.unit_column,
                 source_partition_column=self.source_partition_column,
+                source_partition_timezone=self.source_partition_timezone,
                 transform_sql=self.transform_sql,
                 transform_callable=self.transform_callable,
                 target=self.target,

@@ -5,7 +5,8 @@ of work units, each a partition ``[partition_start, partition_end)``, a unit, an
 ``[range_start, range_end)`` to extract. The job:
 
 1. reads the source filtered to the plan's ranges: a filter on the source's partition column (partition
-   pruning) when one is named, and a filter on the raw time column (Parquet predicate pushdown) when it is
+   pruning) when one is named (the ranges' dates in ``source_partition_timezone``, or without it a day of
+   margin on each side), and a filter on the raw time column (Parquet predicate pushdown) when it is
    a timestamp, date or epoch-millisecond number (rows whose time is null or out of range stay in). An
    existing source folder with no data file is a source without rows: every unit succeeds with 0 rows;
 2. quarantines bad rows (:func:`airflow_provider_wm.core.partitions.quarantine_reason`, the same rule in

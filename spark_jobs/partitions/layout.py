@@ -22,6 +22,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_provider_wm.contracts import PartitionsRequest
+from airflow_provider_wm.core.partitions import local_dates, zone_info
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Quarantined",
     "load_transform",
     "merged_intervals",
+    "partition_dates",
     "partition_key",
     "read_filter",
     "unit_key",
@@ -105,13 +107,11 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
     range stay in (quarantine)."""
     conditions: list[Column] = []
     if args.source_partition_column:
-        # partition values are dates in some zone: a day of margin on each side, the exact filter comes later. A
-        # null or unparseable value (Hive's default partition, 20200102) prunes nothing: the row's time decides
-        day = dt.timedelta(days=1)
+        # partition values are dates, in ``source_partition_timezone`` when the request names it (exactly the dates
+        # of the ranges), else in some zone: a day of margin on each side, the exact filter comes later. A null or
+        # unparseable value (Hive's default partition, 20200102) prunes nothing: the row's time decides
         pcol = F.try_to_date(F.col(args.source_partition_column))
-        windows = [
-            (pcol >= F.lit((_utc(a) - day).date())) & (pcol <= F.lit((_utc(b) + day).date())) for a, b in intervals
-        ]
+        windows = [(pcol >= F.lit(first)) & (pcol <= F.lit(last)) for first, last in partition_dates(args, intervals)]
         conditions.append(pcol.isNull() | any_of(windows))
     raw_type = source.schema[args.time_column].dataType
     raw = F.col(args.time_column)
@@ -134,6 +134,17 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
     for condition in conditions[1:]:
         result = result & condition
     return result
+
+
+def partition_dates(args: PartitionsRequest, intervals: list[tuple[int, int]]) -> list[tuple[dt.date, dt.date]]:
+    """The source partitions' dates to read for each interval: its dates in ``source_partition_timezone``
+    (:func:`~airflow_provider_wm.core.partitions.local_dates`), or without a zone its UTC dates and a day on
+    each side (any zone's date of an instant is within a day of its UTC date)."""
+    if args.source_partition_timezone is not None:
+        zone = zone_info(args.source_partition_timezone, "source_partition_timezone")
+        return [local_dates(a, b, zone) for a, b in intervals]
+    day = dt.timedelta(days=1)
+    return [(first - day, last + day) for first, last in (local_dates(a, b, dt.UTC) for a, b in intervals)]
 
 
 def any_of(conditions: list[Column]) -> Column:

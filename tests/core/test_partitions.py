@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
@@ -22,6 +24,7 @@ from airflow_provider_wm.core.partitions import (
     complete_until,
     format_day,
     iso_ms,
+    local_dates,
     never_before,
     plan,
     quarantine_reason,
@@ -192,6 +195,25 @@ def test_composite_partitioning_concatenates_pieces_sorted_by_start():
         ("2020-03-01", "2020-03-02"),
         ("2020-03-02", "2020-03-03"),
     ]
+
+
+@given(
+    start=st.integers(0, 4_000_000_000_000),
+    length=st.integers(1, 40 * DAY_MS),
+    fraction=st.floats(0, 1),
+    zone=st.sampled_from(["UTC", "America/New_York", "Pacific/Kiritimati", "Etc/GMT+12", "Europe/Berlin"]),
+)
+def test_local_dates_hold_the_date_of_every_instant_of_the_range_and_are_within_a_day_of_the_utc_ones(
+    start, length, fraction, zone
+):
+    """The dates a zone-dated source partition column reads (``local_dates``) hold every row of the range, and
+    an unknown zone's margin of a day around the UTC dates holds them in turn."""
+    first, last = local_dates(start, start + length, ZoneInfo(zone))
+    inside = start + min(int(fraction * length), length - 1)
+    assert first <= dt.datetime.fromtimestamp(inside / 1000, ZoneInfo(zone)).date() <= last
+    assert first == dt.datetime.fromtimestamp(start / 1000, ZoneInfo(zone)).date()
+    utc_first, utc_last = local_dates(start, start + length, dt.UTC)
+    assert abs(first - utc_first) <= dt.timedelta(days=1) and abs(last - utc_last) <= dt.timedelta(days=1)
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,11 @@ REQUIRED = {
         ({"source_format": "csv"}, "source_format='csv' must be one of 'parquet', 'orc', 'json', 'avro', 'delta'"),
         ({"source_format": None}, "source_format=None must be one of"),
         ({"source_partition_column": "a b"}, "source_partition_column='a b' must be a column name"),
+        ({"source_partition_timezone": "UTC"}, "source_partition_timezone='UTC' needs source_partition_column"),
+        (
+            {"source_partition_column": "d", "source_partition_timezone": "Mars/Base"},
+            "source_partition_timezone='Mars/Base' is not an IANA time zone",
+        ),
         ({"time_column": None}, "time_column=None must be a column name"),
         ({"units": {"path": 5, "column": "id"}, "unit_column": "r"}, r"units\['path'\]=5 must be a non-empty path"),
         ({"units": {"path": "/u", "column": "a b"}, "unit_column": "r"}, r"units\['column'\]='a b' must be a column"),

@@ -29,7 +29,7 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.partitions import Job, partition_key, run
-from spark_jobs.partitions.layout import load_transform
+from spark_jobs.partitions.layout import load_transform, partition_dates
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
 UNITS = ["eu", "us"]
@@ -135,6 +135,32 @@ def test_the_read_prunes_source_partitions_to_the_plans_ranges(spark, tmp_path):
     )
     assert "PushedFilters: [" in plan_text and "event_time" in plan_text.split("PushedFilters: [")[1].split("]")[0]
     assert frame.count() == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("zone", "dates"), [(None, ("2020-01-09", "2020-01-12")), ("UTC", ("2020-01-10", "2020-01-11")),
+                        ("America/New_York", ("2020-01-09", "2020-01-11"))],
+)  # fmt: skip
+def test_a_source_partition_timezone_reads_exactly_the_dates_of_the_ranges_in_that_zone(spark, tmp_path, zone, dates):
+    """Two UTC days [01-10, 01-12): without a zone, a day of margin on each side; in UTC exactly 01-10 and 01-11;
+    in New York (UTC-5) from the evening of 01-09. A row of 01-10 23:00 UTC filed under 01-12 (its date at UTC+14)
+    is read within the margin only."""
+    misfiled = ("misfiled", "eu", datetime(2020, 1, 10, 23, 0, tzinfo=UTC), datetime(2020, 1, 12).date(), 1)
+    write_source(spark, tmp_path / "source", [*events(14), misfiled])
+    kwargs = {"unit_column": "region", "source_partition_column": "event_date", "source_partition_timezone": zone}
+    done = succeeded_state(plan(DAILY, PartitionState.empty(), iso_ms("2020-01-10"), units=UNITS))
+    the_plan = plan(DAILY, done, iso_ms("2020-01-12"), units=UNITS)
+    request = PartitionsRequest(
+        pipeline="p", run_id="r", work_units=[], source="s", time_column="t", target="t", round_out="o",
+        source_partition_column="event_date", source_partition_timezone=zone,
+    )  # fmt: skip
+    intervals = [(iso_ms("2020-01-10"), iso_ms("2020-01-12"))]
+    assert [(a.isoformat(), b.isoformat()) for a, b in partition_dates(request, intervals)] == [dates]
+    manifest = execute(spark, tmp_path, the_plan, "z", **kwargs)
+    read = {r["id"] for r in spark.read.parquet(str(tmp_path / "target")).select("id").collect()}
+    assert ("misfiled" in read) == (zone is None)
+    assert manifest["totals"]["rows_read"] == 2 * 6 + (zone is None)
 
 
 @pytest.mark.slow
@@ -366,15 +392,15 @@ def test_a_retry_keeps_what_its_earlier_attempt_quarantined_and_the_next_run_rep
     everything = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-06"), units=UNITS)
     assert execute(spark, tmp_path, everything, "attempt-1", **pipeline)["quarantine"] == {"null_time": 5}
     # the retry of the same run (same run id) re-executes only 01-01 (say it failed): it reads the source
-    # partitions 12-31..01-03 (a day of margin), so three of the five bad rows
+    # partitions 12-31..01-02 (a day of margin on each side of 01-01), so two of the five bad rows
     only_first_day = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-02"), units=UNITS)
     retry = execute(spark, tmp_path, only_first_day, "attempt-1", **pipeline)
     assert retry["quarantine"] == {"null_time": 5}  # the run's first-time bad rows, over both attempts
     assert len(quarantined(spark, tmp_path / "quarantine")) == 5
     # that run never committed: the next run gets the same version and replaces its leftovers
     other = execute(spark, tmp_path, only_first_day, "next-run", **pipeline)
-    assert other["quarantine"] == {"null_time": 3}
-    assert [i for i, _, _ in quarantined(spark, tmp_path / "quarantine")] == ["no-time-1", "no-time-2", "no-time-3"]
+    assert other["quarantine"] == {"null_time": 2}
+    assert [i for i, _, _ in quarantined(spark, tmp_path / "quarantine")] == ["no-time-1", "no-time-2"]
 
 
 @pytest.mark.slow

@@ -60,7 +60,9 @@ from airflow_provider_wm.core.partitions.timebounds import (
     TimeBound,
     format_day,
     iso_ms,
+    local_dates,
     never_before,
+    zone_info,
 )
 
 __all__ = [
@@ -91,9 +93,11 @@ __all__ = [
     "complete_until",
     "format_day",
     "iso_ms",
+    "local_dates",
     "never_before",
     "plan",
     "quarantine_reason",
     "succeeded",
     "work_units_not_done",
+    "zone_info",
 ]

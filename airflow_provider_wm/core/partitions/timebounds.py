@@ -22,6 +22,7 @@ __all__ = [
     "TimeBound",
     "format_day",
     "iso_ms",
+    "local_dates",
     "never_before",
     "partition_boundaries",
     "zone_info",
@@ -66,6 +67,17 @@ def zone_info(name: str, argument: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
         raise ValueError(f"{argument}={name!r} is not an IANA time zone such as 'UTC' or 'Europe/Berlin'") from exc
+
+
+def local_dates(start_ms: int, end_ms: int, zone: dt.tzinfo) -> tuple[dt.date, dt.date]:
+    """The first and last calendar date in ``zone`` of the instants in ``[start_ms, end_ms)`` (``end_ms >
+    start_ms``): the partitions of a source partitioned by the local date of its rows' time that hold them.
+
+    >>> local_dates(iso_ms("2020-01-02"), iso_ms("2020-01-03"), ZoneInfo("America/New_York"))
+    (datetime.date(2020, 1, 1), datetime.date(2020, 1, 2))
+    """
+    first = dt.datetime.fromtimestamp(start_ms / 1000, zone).date()
+    return first, dt.datetime.fromtimestamp((end_ms - 1) / 1000, zone).date()
 
 
 def _local(ms: int, zone: ZoneInfo) -> dt.datetime:
