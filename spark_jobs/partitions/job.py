@@ -176,7 +176,7 @@ class Job:
         read has no bad row skips the quarantine's own scan)."""
         if self.source is None:
             return {}, 0
-        counted = self.rows(self.units).counts.collect()  # one row per work unit of the plan and reason: small
+        counted = self.rows(self.units).counts.collect()  # per unit, per bad reason, margin: small
         read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
         return read, sum(int(r["count"]) for r in counted if r["wm_reason"] is not None)
 
