@@ -282,49 +282,59 @@ def exact_origins(
 def _exact_origins(
     sequenced: DataFrame, origins0: DataFrame, pending0: DataFrame, segments: dict[str, dict[int, Segment]]
 ) -> Progress:
+    committed = F.broadcast(origins0.select(*ORIGIN_KEYS, "committed_seq"))
+    committed_seq = F.coalesce("committed_seq", F.lit(0).cast(LongType()))
+    # each mark with its origin's committed sequence and its reason (its own checks first, then its number against
+    # the committed one), checkpointed: every output below reads it
     checked = (
-        sequenced.withColumn("reason", sequence_reason(segments))
-        .withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
-        .localCheckpoint()
-    )
-    marks_columns = MARKS_SCHEMA.fieldNames()
-    locally_bad = checked.where(F.col("reason").isNotNull())
-    sane = checked.where(F.col("reason").isNull()).drop("reason")
-    touched = sane.select(*ORIGIN_KEYS).distinct()
-    committed = origins0.select(*ORIGIN_KEYS, "committed_seq")
-    new = (
-        sane.join(F.broadcast(committed), ORIGIN_KEYS, "left")
-        .withColumn("committed_seq", F.coalesce("committed_seq", F.lit(0).cast(LongType())))
+        sequenced.withColumn("origin_id", F.coalesce("origin_id", F.lit("")))
+        .join(committed, ORIGIN_KEYS, "left")
+        .withColumn("committed_seq", committed_seq)
+        .withColumn("local_reason", sequence_reason(segments))
         .withColumn(
             "reason",
-            F.when(F.col("seq") <= F.col("committed_seq"), Quarantine.SEQUENCE_ALREADY_COMMITTED.value).when(
+            F.when(F.col("local_reason").isNotNull(), F.col("local_reason"))
+            .when(F.col("seq") <= F.col("committed_seq"), Quarantine.SEQUENCE_ALREADY_COMMITTED.value)
+            .when(
                 F.col("seq") > F.col("committed_seq") + F.lit(MAX_PENDING_SEQUENCES),
                 Quarantine.SEQUENCE_TOO_FAR_AHEAD.value,
             ),
         )
         .withColumn("is_new", F.lit(1))
+        .localCheckpoint()
     )
+    marks_columns = MARKS_SCHEMA.fieldNames()
+    touched = checked.where(F.col("local_reason").isNull()).select(*ORIGIN_KEYS).distinct()
+    # the waiting chunks of the origins the round touches (checkpointed: three of the steps below read them)
     old = (
         pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_semi")
-        .join(F.broadcast(committed), ORIGIN_KEYS, "left")
-        .withColumn("committed_seq", F.coalesce("committed_seq", F.lit(0).cast(LongType())))
+        .join(committed, ORIGIN_KEYS, "left")
+        .withColumn("committed_seq", committed_seq)
         .withColumn("reason", F.lit(None).cast(StringType()))
         .withColumn("is_new", F.lit(0))
+        .localCheckpoint()
     )
     columns = [*PENDING_STATE_SCHEMA.fieldNames(), "committed_seq", "reason", "is_new"]
     seq_keys = [*ORIGIN_KEYS, "seq"]
-    accepted_new = new.where(F.col("reason").isNull()).select(*columns)
+    accepted_new = checked.where(F.col("reason").isNull()).select(*columns)
     # Fast path: a one-chunk sequence (chunk 1, last) seen once in the round and not waiting in the state
     # cannot conflict with anything. The other sequences (usually few) and their waiting chunks take the
-    # exact path: window functions in arrival order. The split is decided on narrow columns.
-    per_seq = accepted_new.groupBy(*seq_keys).agg(
-        F.count("*").alias("rows"), F.min(((F.col("chunk") == 1) & F.col("last_chunk")).cast("int")).alias("lone")
+    # exact path: window functions in arrival order. The split is decided on narrow columns, in one aggregation
+    # of the round's chunks and the waiting ones of the origins it touches.
+    lone = ((F.col("chunk") == 1) & F.col("last_chunk")).cast("int")
+    per_seq = (
+        accepted_new.select(*seq_keys, "chunk", "last_chunk", "is_new")
+        .unionByName(old.select(*seq_keys, "chunk", "last_chunk", "is_new"))
+        .groupBy(*seq_keys)
+        .agg(
+            F.sum("is_new").alias("rows"),
+            F.min(F.when(F.col("is_new") == 1, lone)).alias("lone"),
+            F.min("is_new").alias("all_new"),
+        )
     )
     slow_keys = (
-        per_seq.where((F.col("rows") > 1) | (F.col("lone") == 0))
+        per_seq.where((F.col("rows") > 1) | ((F.col("rows") == 1) & ((F.col("lone") == 0) | (F.col("all_new") == 0))))
         .select(*seq_keys)
-        .union(per_seq.join(pending0.select(*seq_keys).distinct(), seq_keys, "left_semi").select(*seq_keys))
-        .distinct()
         .withColumn("slow", F.lit(True))
         .localCheckpoint()
     )
@@ -339,7 +349,8 @@ def _exact_origins(
     by_seq = Window.partitionBy(*seq_keys)
     if slow_keys.isEmpty():  # the common case: every sequence of the round takes the fast path
         arrived = arrived.limit(0)
-    deduped = arrived.withColumn("dup", F.row_number().over(by_chunk) > 1)
+    # one shuffle by sequence serves the three windows (each partitions by the sequence, or by it and more)
+    deduped = arrived.repartition(*seq_keys).withColumn("dup", F.row_number().over(by_chunk) > 1)
     first = deduped.where(~F.col("dup"))
     lasts = first.withColumn("extra_last", F.col("last_chunk") & (F.row_number().over(by_last) > 1))
     kept_last = lasts.withColumn(
@@ -385,15 +396,24 @@ def _exact_origins(
         .agg(F.max("seq").alias("prefix_end"))
         .localCheckpoint()
     )  # one row per origin that advanced
-    ends = F.broadcast(prefix_ends)
-    is_released = F.col("prefix_end").isNotNull() & (F.col("seq") <= F.col("prefix_end"))
+    # every surviving chunk (fast or not) with whether its origin's prefix now covers it, computed once: the
+    # released marks and the next pending state both read it (their broadcast joins ran once per reader before)
+    marked = (
+        fast.select(*columns, F.lit(True).alias("fast"))
+        .unionByName(others.select(*columns, F.lit(False).alias("fast")))
+        .join(F.broadcast(prefix_ends), ORIGIN_KEYS, "left")
+        .select(
+            *columns,
+            "fast",
+            (F.col("prefix_end").isNotNull() & (F.col("seq") <= F.col("prefix_end"))).alias("released"),
+        )
+        .localCheckpoint()
+    )
     progress_nulls = [F.lit(None).cast(MARKS_SCHEMA[c].dataType).alias(c) for c in PROGRESS_COLUMNS]
-    fast_marked = fast.join(ends, ORIGIN_KEYS, "left")
-    others_marked = others.join(ends, ORIGIN_KEYS, "left")
-    released_fast = fast_marked.where(is_released).select(
+    released_fast = marked.where(F.col("fast") & F.col("released")).select(
         "stream", "writer_id", "time_ms", "position", "kind", "reported_at_ms", *progress_nulls, "wm_key"
     )
-    released_rows = others_marked.where(is_released)
+    released_rows = marked.where(~F.col("fast") & F.col("released"))
     per_segment = (
         released_rows.select(*seq_keys, F.explode("position").alias("segment_id", "offset"))
         .groupBy(*seq_keys, "segment_id")
@@ -435,8 +455,7 @@ def _exact_origins(
     pending = (
         pending0.join(F.broadcast(touched), ORIGIN_KEYS, "left_anti")
         .select(*pending_columns)
-        .unionByName(fast_marked.where(~is_released).select(*pending_columns))
-        .unionByName(others_marked.where(~is_released).select(*pending_columns))
+        .unionByName(marked.where(~F.col("released")).select(*pending_columns))
     )
     as_mark: list[Column | str] = [
         *[c for c in marks_columns if c not in ("origin_id", "wm_key")],
@@ -445,8 +464,8 @@ def _exact_origins(
         "reason",
     ]
     bad = (
-        locally_bad.select(*as_mark)
-        .unionByName(new.where(F.col("reason").isNotNull()).select(*as_mark))
+        checked.where(F.col("reason").isNotNull())
+        .select(*as_mark)
         .unionByName(decided.where(F.col("reason").isNotNull()).select(*as_mark))
     )
     return Progress(released, bad, touched.select(*KEYS), origins, pending)
