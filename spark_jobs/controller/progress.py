@@ -265,8 +265,10 @@ def exact_origins(
 ) -> Progress:
     """The exact path: window functions in arrival order, for origins that are not dense.
 
-    Arrival order is (pending first, report time, chunk, time); the first of duplicates is kept. The
-    frame is checkpointed once and read by every output below.
+    Arrival order is (pending first, report time, chunk, time); the first of duplicates is kept. The small
+    frames that several steps read are checkpointed once (the marks with their reasons, the waiting chunks of
+    the origins the round touches, the surviving chunks with whether they are released), so that no step runs
+    their joins again: each broadcast join re-run is a Spark job of its own.
     """
     spark = sequenced.sparkSession
     shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
