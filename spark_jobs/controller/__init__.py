@@ -22,7 +22,8 @@ Plan, chosen so that the marks are scanned once in the common case:
    rows).
 4. *Exact path* (only when there are bad rows, bad names or suspects): a second scan keeps bad rows and the
    suspects' marks, decides each mark exactly, writes the bad ones to the quarantine with their reason, and
-   re-aggregates the suspects' accepted marks; steps 2 and 3 then run again on the exact aggregates.
+   re-aggregates the suspects' accepted marks. Step 2 then runs again for the writers it decided only (the
+   other writers' rows of the checkpoint stand, so the marks are not read a third time), and step 3 again.
 
 With sequenced marks, gap-free progress first decides every origin of the round in one more scan of its
 sequenced marks (one aggregation per origin); the marks a dense origin releases are then picked out by the

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.controller import (
@@ -24,6 +24,7 @@ __all__ = [
     "Flags",
     "accept_exactly",
     "decide_exactly",
+    "decided_writers",
     "position_goes_back",
     "progress_outcome",
     "round_flags",
@@ -53,9 +54,14 @@ def time_goes_back(stored_time: Column, time: Column) -> Column:
 def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: dict[str, dict[int, Segment]]) -> DataFrame:
     """Each candidate mark with its final ``reason`` (null: accepted). Uses a join and a higher-order
     function, so it only runs on bad rows and suspect writers' marks. The valid segments are a literal
-    (:func:`~spark_jobs.controller.marks.known_segment_sql`), not a join: no Spark job of their own."""
+    (:func:`~spark_jobs.controller.marks.known_segment_sql`), not a join: no Spark job of their own. A shutdown
+    is of a known writer when the writer is stored or has an accepted mark among the candidates (a window over
+    the writer's candidates: one shuffle, where a join with the known writers would read the marks twice)."""
     stored = writers0.select(
-        *KEYS, F.col("time_ms").alias("stored_time_ms"), F.col("position").alias("stored_position")
+        *KEYS,
+        F.col("time_ms").alias("stored_time_ms"),
+        F.col("position").alias("stored_position"),
+        F.lit(True).alias("stored"),
     )
     rows = candidates.join(F.broadcast(stored), KEYS, "left")
     value = F.col("tag") == VALUE
@@ -70,19 +76,13 @@ def decide_exactly(candidates: DataFrame, writers0: DataFrame, segments: dict[st
         )
         .when(value & position_goes_back(F.col("stored_position"), F.col("position")), Rejection.INVALID_POSITION.value)
     )
-    decided = rows.withColumn("reason", reason).localCheckpoint()  # read twice below: scan the marks once
-    known_writers = (
-        decided.where(value & F.col("reason").isNull())
-        .select(*KEYS)
-        .union(writers0.select(*KEYS))
-        .distinct()
-        .withColumn("known_writer", F.lit(True))
-    )
-    unknown_writer = (F.col("tag") == SHUTDOWN) & F.col("reason").isNull() & F.col("known_writer").isNull()
+    accepted_value = F.max(value & F.col("reason").isNull()).over(Window.partitionBy(*KEYS))
+    known_writer = F.coalesce(F.col("stored"), F.lit(False)) | accepted_value
+    unknown_writer = (F.col("tag") == SHUTDOWN) & F.col("reason").isNull() & ~known_writer
     return (
-        decided.join(F.broadcast(known_writers), KEYS, "left")
+        rows.withColumn("reason", reason)
         .withColumn("reason", F.when(unknown_writer, Rejection.UNKNOWN_WRITER.value).otherwise(F.col("reason")))
-        .drop("stored_time_ms", "stored_position", "known_writer")
+        .drop("stored_time_ms", "stored_position", "stored")
     )
 
 
@@ -115,7 +115,7 @@ def round_flags(rows: Sequence[Any]) -> Flags:
 class Accepted:
     """What the marks of a round amount to once every mark is decided."""
 
-    groups: DataFrame | None  # the exact path's accepted aggregates; None: the fast path's stand
+    groups: DataFrame | None  # the exact path's accepted aggregates of the writers it decided; None: fast path
     seen: list[DataFrame]  # KEYS of writers seen besides those with accepted aggregates
     reason_counts: list[Any]  # rows (stream, wm_key, reason, count) of quarantined and rejected marks
 
@@ -141,7 +141,6 @@ def quarantine_columns() -> list[Column | str]:
 def accept_exactly(
     spark: SparkSession,
     tagged: DataFrame,
-    groups: DataFrame,
     flags: Flags,
     writers0: DataFrame,
     segments: dict[str, dict[int, Segment]],
@@ -150,15 +149,15 @@ def accept_exactly(
     fast: Accepted,
 ) -> Accepted:
     """The exact path (a second scan) for the marks of ``flags``' suspect writers and bad names and for rows
-    with a row-local reason; the other writers' sane marks are all accepted (``groups``). The quarantine also
-    receives the sequenced marks that gap-free progress found bad (one write)."""
-    suspects = spark.createDataFrame(flags.suspects, "stream string, wm_key string, writer_id string")
-    bad_names = spark.createDataFrame(flags.bad_names, "stream string, wm_key string")
-    flagged = tagged.join(F.broadcast(suspects.withColumn("suspect", F.lit(True))), KEYS, "left").join(
-        F.broadcast(bad_names.withColumn("bad_name", F.lit(True))), STREAM_KEYS, "left"
+    with a row-local reason. Its ``groups`` are the accepted aggregates of the writers it decided
+    (:func:`decided_writers`); the other writers' sane marks are all accepted, and the fast path's rows of them
+    stand. The quarantine also receives the sequenced marks that gap-free progress found bad (one write)."""
+    suspect_mark = F.col("decided") & F.col("tag").isin(VALUE, SHUTDOWN)
+    candidates = (
+        _with_decided(spark, tagged, flags)
+        .where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark)
+        .drop("decided")
     )
-    suspect_mark = (F.col("suspect").isNotNull() | F.col("bad_name").isNotNull()) & F.col("tag").isin(VALUE, SHUTDOWN)
-    candidates = flagged.where(~F.col("tag").isin(VALUE, SHUTDOWN, DEFERRED) | suspect_mark).drop("suspect", "bad_name")
     decided = decide_exactly(candidates, writers0, segments).localCheckpoint()
     bad = decided.where(F.col("reason").isNotNull())
     rejected = [r.value for r in Rejection]
@@ -169,17 +168,34 @@ def accept_exactly(
         quarantine = quarantine.unionByName(progress_bad.select(*quarantine_columns()))
     quarantine.write.mode("overwrite").parquet(quarantine_path)
     accepted_exact = decided.where(F.col("reason").isNull() & F.col("tag").isin(VALUE, SHUTDOWN))
-    groups_final = (
-        groups.where(F.col("tag").isin(VALUE, SHUTDOWN))
-        .join(F.broadcast(bad_names), STREAM_KEYS, "left_anti")
-        .join(F.broadcast(suspects), KEYS, "left_anti")
-        .unionByName(aggregate_marks(accepted_exact))
-    )
     sane = F.col("tag").isin(VALUE, SHUTDOWN) & (F.col("reason").isNull() | F.col("reason").isin(*rejected))
     reason_counts = bad.groupBy(*STREAM_KEYS, "reason").count().collect()  # small: one row per watermark and reason
     return Accepted(
-        groups_final, [decided.where(sane).select(*KEYS), *fast.seen], [*reason_counts, *fast.reason_counts]
+        aggregate_marks(accepted_exact),
+        [decided.where(sane).select(*KEYS), *fast.seen],
+        [*reason_counts, *fast.reason_counts],
     )
+
+
+def decided_writers(spark: SparkSession, frame: DataFrame, flags: Flags, *, decided: bool) -> DataFrame:
+    """The rows of ``frame`` (with ``KEYS``) of the writers whose marks the exact path decides (``decided``: a
+    suspect writer, or any writer of a watermark whose stream or key fails the pattern), or of the others.
+
+    E.g. suspects ``[("s", "", "w2")]``, bad names ``[("../x", "")]``: the rows of ``s/w2`` and of every writer
+    of ``../x`` are decided; ``s/w1`` is not."""
+    flagged = _with_decided(spark, frame, flags)
+    return flagged.where(F.col("decided") if decided else ~F.col("decided")).drop("decided")
+
+
+def _with_decided(spark: SparkSession, frame: DataFrame, flags: Flags) -> DataFrame:
+    """``frame`` with ``decided`` (:func:`decided_writers`), from two broadcast joins with ``flags``' lists."""
+    suspects = spark.createDataFrame(flags.suspects, "stream string, wm_key string, writer_id string")
+    bad_names = spark.createDataFrame(flags.bad_names, "stream string, wm_key string")
+    flagged = frame.join(F.broadcast(suspects.withColumn("is_suspect", F.lit(True))), KEYS, "left").join(
+        F.broadcast(bad_names.withColumn("is_bad_name", F.lit(True))), STREAM_KEYS, "left"
+    )
+    decided = F.col("is_suspect").isNotNull() | F.col("is_bad_name").isNotNull()
+    return flagged.withColumn("decided", decided).drop("is_suspect", "is_bad_name")
 
 
 def write_progress_quarantine(progress_bad: DataFrame | None, fast: Accepted, quarantine_path: str) -> None:

@@ -30,6 +30,7 @@ from spark_jobs.common import (
 from spark_jobs.controller.acceptance import (
     Accepted,
     accept_exactly,
+    decided_writers,
     progress_outcome,
     round_flags,
     write_progress_quarantine,
@@ -97,17 +98,16 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     groups = aggregate_marks(tagged)
     single_task = round_size <= SINGLE_TASK_MARKS
 
-    def per_writer(aggregates: DataFrame) -> DataFrame:
-        rounds = writer_rounds(
+    def per_writer(aggregates: DataFrame, stored: DataFrame) -> DataFrame:
+        return writer_rounds(
             aggregates,
-            writers0,
+            stored,
             streams0,
             segments_by_stream,
             request.now_ms,
             request.writer_timeout_ms,
             single_task=single_task,
         )
-        return rounds.localCheckpoint()  # one row per writer, read by the verdicts and the writers' state
 
     def verdicts(rounds: DataFrame, accepted: Accepted) -> list[Row]:
         reason_keys = [
@@ -147,15 +147,17 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
 
     quarantine_path = f"{request.round_out}/quarantine"
     progress_bad, accepted = progress_outcome(progress)
-    rounds = per_writer(groups)  # the one scan of the marks in the common case
+    # one row per writer, read by the verdicts and the writers' state; the one scan of the marks in the common case
+    rounds = per_writer(groups, writers0).localCheckpoint()
     collected = verdicts(rounds, accepted)
     flags = round_flags([r for r in collected if r["segment_id"] is None])
-    if flags.exact:  # some marks are decided one by one: the writers and verdicts from the exact aggregates
+    if flags.exact:  # some marks are decided one by one: their writers' rows and the verdicts again
         accepted = accept_exactly(
-            spark, tagged, groups, flags, writers0, segments_by_stream, quarantine_path, progress_bad, accepted
+            spark, tagged, flags, writers0, segments_by_stream, quarantine_path, progress_bad, accepted
         )
         assert accepted.groups is not None
-        rounds = per_writer(accepted.groups)
+        redone = per_writer(accepted.groups, decided_writers(spark, writers0, flags, decided=True))
+        rounds = decided_writers(spark, rounds, flags, decided=False).unionByName(redone).localCheckpoint()
         collected = verdicts(rounds, accepted)
     else:
         write_progress_quarantine(progress_bad, accepted, quarantine_path)
