@@ -246,12 +246,14 @@ SCHEMA_DOCUMENT = "_wm_schema.json"
 (Spark's listing skips names starting with ``_``)."""
 
 
-def write_schema_document(path: str, schema: StructType, rows: int | None = None) -> None:
+def write_schema_document(
+    path: str, schema: StructType, rows: int | None = None, extra: dict[str, Any] | None = None
+) -> None:
     """Beside the dataset written at ``path``: its schema and row count (``None``: not counted), so that the next
     run reads it without a Spark job to infer the schema (a Spark Connect server would infer it again for every
     query), and knows how many rows it holds before reading it. The schema as a read of the files infers it (every
-    field nullable), so both reads see one schema."""
-    write_document(_schema_document_url(path), {**_nullable(schema).jsonValue(), "rows": rows})
+    field nullable), so both reads see one schema. ``extra``: more facts about the rows, for a job to read back."""
+    write_document(_schema_document_url(path), {**(extra or {}), **_nullable(schema).jsonValue(), "rows": rows})
 
 
 def read_schema_document(path: str) -> dict[str, Any] | None:

@@ -41,8 +41,9 @@ count over the report times, a look for a sequenced mark in the round's row grou
 verdicts, the writers' state), plus a job each to infer the schema of the marks and of the segments unless Spark
 wrote them (then the schema Spark stored in a file's footer is read on the driver,
 :func:`~spark_jobs.screening.stored_spark_schema`); the streams' state, one row per watermark already on the
-driver, is written by pyarrow, and the state's parts are read with the schema stored beside them. The exact path,
-gap-free progress and a previous progress state add their own. Spark runs each shuffle of an action as a job of
+driver, is written by pyarrow, and the state's parts are read with the schema stored beside them. The exact path
+and gap-free progress add their own; a previous progress state that the round leaves as it was (no sequenced
+mark) is copied file by file, with no Spark job. Spark runs each shuffle of an action as a job of
 its own, so the frames of one row per writer (or fewer) are aggregated and joined in one task instead: eight jobs
 in a steady round over marks Spark wrote (``bench/controller_watermark.py``).
 

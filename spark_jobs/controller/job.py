@@ -26,6 +26,7 @@ from spark_jobs.common import (
     job_session,
     size_shuffles,
     submit_main,
+    write_schema_document,
 )
 from spark_jobs.controller.acceptance import (
     Accepted,
@@ -47,7 +48,7 @@ from spark_jobs.controller.marks import (
     sequenced_in_round,
     with_key,
 )
-from spark_jobs.controller.progress import advance_origins
+from spark_jobs.controller.progress import Progress, advance_origins
 from spark_jobs.controller.schemas import (
     ORIGINS_STATE_SCHEMA,
     PENDING_STATE_SCHEMA,
@@ -58,7 +59,7 @@ from spark_jobs.controller.schemas import (
     WAITING_SAMPLE,
     WRITERS_STATE_SCHEMA,
 )
-from spark_jobs.controller.state import read_state, write_driver_state, write_state
+from spark_jobs.controller.state import carry_state, read_state, write_driver_state, write_state
 
 __all__ = ["main", "run"]
 
@@ -174,23 +175,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     per_stream = emitted_cuts(per_watermark, segments_by_stream)  # one row per watermark
     write_driver_state(spark, per_stream, f"{request.state_out}/streams", STREAMS_STATE_SCHEMA)  # no Spark job
 
-    origins = origins0 if progress is None else progress.origins
-    pending = pending0 if progress is None else progress.pending
-    if origins is not None:  # a round with no sequenced mark and no earlier one writes no progress state
-        write_state(origins, f"{request.state_out}/origins", ORIGINS_STATE_SCHEMA)
-    pending_sequences: dict[str, int] = {}
-    if progress is not None and pending is None:  # progress knows that no chunk waits: no read of the state
-        write_driver_state(spark, [], f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
-    elif pending is not None:
-        write_state(pending, f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
-        written = read_state(spark, request.state_out, "pending", PENDING_STATE_SCHEMA)
-        assert written is not None, "written a moment ago"
-        pending_sequences = {
-            _label(r): int(r["sequences"])
-            for r in written.groupBy(*STREAM_KEYS)
-            .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
-            .collect()  # small: one row per watermark with waiting sequences
-        }
+    pending_sequences = _write_progress_state(spark, request, progress, origins0, pending0)
     manifest = _manifest(request, per_stream, accepted.reason_counts, deferred, invalid_segments, started)
     manifest["totals"]["marks_read"] = round_size
     for label, entry in manifest["streams"].items():
@@ -198,6 +183,63 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
     manifest["processed_marks"] = processed_marks
     manifest["totals"]["late_marks"] = late
     return ControllerManifest.from_json(manifest)
+
+
+def _write_progress_state(
+    spark: SparkSession,
+    request: ControllerRequest,
+    progress: Progress | None,
+    origins0: DataFrame | None,
+    pending0: DataFrame | None,
+) -> dict[str, int]:
+    """Write gap-free progress's next state (``origins``, ``pending``) and return the sequences waiting per
+    watermark label. A round with no sequenced mark (``progress`` None) leaves that state as it was: its parts
+    are copied (:func:`~spark_jobs.controller.state.carry_state`, no Spark job) and the counts are read from the
+    document the round that wrote ``pending`` stored beside it. A round with none and no earlier one writes no
+    progress state."""
+    if progress is None:
+        if origins0 is None and pending0 is None:
+            return {}
+        assert request.state_in is not None, "a progress state was read from it"
+        if origins0 is not None and carry_state(request.state_in, request.state_out, "origins") is None:
+            write_state(origins0, f"{request.state_out}/origins", ORIGINS_STATE_SCHEMA)
+        if pending0 is None:
+            return {}
+        carried = carry_state(request.state_in, request.state_out, "pending")
+        if carried is not None and carried.get("rows") == 0:
+            return {}
+        if carried is not None and PENDING_SEQUENCES in carried:
+            return {str(label): int(n) for label, n in carried[PENDING_SEQUENCES].items()}
+        if carried is None:
+            write_state(pending0, f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
+        return _count_pending(spark, request.state_out)
+    write_state(progress.origins, f"{request.state_out}/origins", ORIGINS_STATE_SCHEMA)
+    if progress.pending is None:  # progress knows that no chunk waits: no read of the state
+        write_driver_state(spark, [], f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
+        return {}
+    write_state(progress.pending, f"{request.state_out}/pending", PENDING_STATE_SCHEMA)
+    return _count_pending(spark, request.state_out)
+
+
+PENDING_SEQUENCES = "sequences"
+"""The key of the pending part's schema document under which the round that wrote it stores the sequences
+waiting per watermark label, for the rounds that carry the part over unchanged."""
+
+
+def _count_pending(spark: SparkSession, state_out: str) -> dict[str, int]:
+    """The sequences waiting per watermark label in the pending part just written, recorded in its schema
+    document (:data:`PENDING_SEQUENCES`)."""
+    path = f"{state_out}/pending"
+    written = read_state(spark, state_out, "pending", PENDING_STATE_SCHEMA)
+    assert written is not None, "written a moment ago"
+    counts = {
+        _label(r): int(r["sequences"])
+        for r in written.groupBy(*STREAM_KEYS)
+        .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
+        .collect()  # small: one row per watermark with waiting sequences
+    }
+    write_schema_document(path, PENDING_STATE_SCHEMA, extra={PENDING_SEQUENCES: counts})
+    return counts
 
 
 def _manifest(

@@ -13,11 +13,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from airflow_provider_wm.documents import copy_tree
 from spark_jobs.common import conform, read_dataset, read_schema_document, write_schema_document
 from spark_jobs.controller.marks import with_key
 from spark_jobs.driver_outputs import driver_can_write, replace_folder
 
-__all__ = ["read_state", "write_driver_state", "write_state"]
+__all__ = ["carry_state", "read_state", "write_driver_state", "write_state"]
 
 log = logging.getLogger(__name__)
 
@@ -57,3 +58,25 @@ def write_driver_state(spark: SparkSession, rows: Sequence[Mapping[str, Any]], p
         except OSError as exc:
             log.warning("writing %s from the driver failed (%s); writing it with Spark", path, exc)
     write_state(spark.createDataFrame([[r[f.name] for f in schema.fields] for r in rows], schema), path, schema)
+
+
+def carry_state(state_in: str, state_out: str, name: str) -> dict[str, Any] | None:
+    """Copy a part of the previous state that the round leaves as it is into the next state, file by file
+    through fsspec (no Spark job), and return the schema document stored beside it (:func:`write_state`).
+    ``None`` when it cannot: the part has no schema document (written before them; a rewrite with Spark brings it
+    up to date), fsspec cannot reach it, or the copy fails. Then write the part with Spark.
+
+    E.g. a round with no sequenced mark leaves gap-free progress's ``origins`` and ``pending`` as they were.
+    """
+    source, target = f"{state_in.rstrip('/')}/{name}", f"{state_out.rstrip('/')}/{name}"
+    if not driver_can_write(source, target):
+        return None
+    document = read_schema_document(source)
+    if document is None:
+        return None
+    try:
+        copy_tree(source, target)
+    except OSError as exc:
+        log.warning("copying the state part %s to %s failed (%s); writing it with Spark", source, target, exc)
+        return None
+    return document

@@ -398,6 +398,30 @@ def test_a_writer_with_waiting_sequences_and_no_marks_in_a_round_is_not_seen_in_
     assert results[2][2].streams["s"].writers["w"].time_ms == 300
 
 
+def test_a_round_without_sequenced_marks_carries_the_progress_state_over_file_for_file(spark, tmp_path):
+    """Round 2 has plain marks only: it copies round 1's ``origins`` and ``pending`` as they are (the same files,
+    not a rewrite by Spark) and reports the waiting sequences recorded beside them; round 3 fills the gap from
+    the copy like the reference."""
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    rounds = [
+        [sequenced("w", 1, 100, 1_000), sequenced("w", 3, 300, 1_100), mark("u", 100, {2: 1}, reported_at_ms=1_500)],
+        [mark("u", 200, {2: 2}, reported_at_ms=3_500)],
+        [sequenced("w", 2, 200, 5_000), mark("u", 300, {2: 3}, reported_at_ms=5_500)],
+    ]
+    results = list(run_both(spark, tmp_path, rounds, config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert [m["streams"]["s"]["pending_sequences"] for _, m, _ in results] == [1, 1, 0]
+
+    def files(part: Path) -> dict[str, bytes]:
+        return {str(f.relative_to(part)): f.read_bytes() for f in sorted(part.rglob("*")) if f.is_file()}
+
+    for part in ("origins", "pending"):
+        before, after = files(tmp_path / "round0-state" / part), files(tmp_path / "round1-state" / part)
+        assert any(name.endswith(".parquet") for name in before) and after == before, part
+    assert results[2][2].streams["s"].writers["w"].time_ms == 300
+
+
 def test_stored_chunks_are_released_kept_or_joined_by_new_waiting_ones_like_the_reference(spark, tmp_path):
     """Every origin dense (no exact path): a stored chunk is released when its gap fills (w), kept while its gap
     stays open, with the round's new chunks waiting beside it (v), and kept for an origin without marks in the
