@@ -52,6 +52,7 @@ from pyspark.sql import functions as F
 from timing import Measured, compare, write_results
 
 from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
+from airflow_provider_wm.contracts.jobs import CLASSIC_CONF
 from airflow_provider_wm.core.partitions import (
     DAY_MS,
     PartitionSpec,
@@ -179,6 +180,7 @@ def session(master: str, driver_memory: str) -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config(map=CLASSIC_CONF)  # as the operators submit the jobs
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
