@@ -13,6 +13,7 @@ from pyspark.sql.types import (
     ArrayType,
     LongType,
     StringType,
+    StructType,
 )
 
 from airflow_provider_wm.contracts import ControllerManifest, ControllerRequest
@@ -24,6 +25,7 @@ from airflow_provider_wm.core.names import watermark_label
 from spark_jobs.common import (
     empty_frame,
     job_session,
+    read_schema_document,
     size_shuffles,
     submit_main,
     write_schema_document,
@@ -227,9 +229,11 @@ waiting per watermark label, for the rounds that carry the part over unchanged."
 
 
 def _count_pending(spark: SparkSession, state_out: str) -> dict[str, int]:
-    """The sequences waiting per watermark label in the pending part just written, recorded in its schema
-    document (:data:`PENDING_SEQUENCES`)."""
+    """The sequences waiting per watermark label in the pending part just written (or carried over from a state
+    that did not record them), recorded in its schema document (:data:`PENDING_SEQUENCES`) beside the schema
+    the part has."""
     path = f"{state_out}/pending"
+    document = read_schema_document(path)
     written = read_state(spark, state_out, "pending", PENDING_STATE_SCHEMA)
     assert written is not None, "written a moment ago"
     counts = {
@@ -238,7 +242,9 @@ def _count_pending(spark: SparkSession, state_out: str) -> dict[str, int]:
         .agg(F.countDistinct("writer_id", "origin_id", "seq").alias("sequences"))
         .collect()  # small: one row per watermark with waiting sequences
     }
-    write_schema_document(path, PENDING_STATE_SCHEMA, extra={PENDING_SEQUENCES: counts})
+    if document is not None:
+        stored = StructType.fromJson(document)
+        write_schema_document(path, stored, document.get("rows"), extra={PENDING_SEQUENCES: counts})
     return counts
 
 

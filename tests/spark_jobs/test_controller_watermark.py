@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -420,6 +421,30 @@ def test_a_round_without_sequenced_marks_carries_the_progress_state_over_file_fo
         before, after = files(tmp_path / "round0-state" / part), files(tmp_path / "round1-state" / part)
         assert any(name.endswith(".parquet") for name in before) and after == before, part
     assert results[2][2].streams["s"].writers["w"].time_ms == 300
+
+
+def test_a_carried_pending_part_whose_document_has_no_counts_is_counted_once_and_recorded(spark, tmp_path):
+    """A state written before the counts were recorded beside ``pending``: the round that carries the part over
+    counts its waiting sequences with Spark and records them beside what the document held (its schema and row
+    count), not in place of it."""
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    rounds = [
+        [sequenced("w", 1, 100, 1_000), sequenced("w", 3, 300, 1_100), mark("u", 100, {2: 1}, reported_at_ms=1_500)],
+        [mark("u", 200, {2: 2}, reported_at_ms=3_500)],
+    ]
+    written = tmp_path / "round0-state" / "pending" / "_wm_schema.json"
+    results = []
+    for result in run_both(spark, tmp_path, rounds, config, {"s": THIRDS}):
+        results.append(result)
+        if len(results) == 1:  # as a state written before the counts were recorded, by a writer that counted rows
+            older = {**json.loads(written.read_text()), "rows": 1}
+            del older["sequences"]
+            written.write_text(json.dumps(older))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert [m["streams"]["s"]["pending_sequences"] for _, m, _ in results] == [1, 1]
+    recorded = json.loads((tmp_path / "round1-state" / "pending" / "_wm_schema.json").read_text())
+    assert recorded == {**older, "sequences": {"s": 1}}
 
 
 def test_stored_chunks_are_released_kept_or_joined_by_new_waiting_ones_like_the_reference(spark, tmp_path):
