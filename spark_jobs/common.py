@@ -16,12 +16,14 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
+import pyarrow as pa
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     ByteType,
@@ -33,6 +35,7 @@ from pyspark.sql.types import (
     LongType,
     MapType,
     ShortType,
+    StringType,
     StructField,
     StructType,
     TimestampNTZType,
@@ -192,7 +195,28 @@ def _master(spark: SparkSession) -> str:
 
 
 def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
-    return spark.createDataFrame([], schema)
+    """A frame of no rows (:func:`local_frame`: the optimizer knows it is empty)."""
+    return local_frame(spark, [], schema)
+
+
+def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType) -> DataFrame:
+    """A frame of ``rows`` (tuples in ``schema``'s field order) held by the driver, as a local relation of the
+    plan: no Python worker runs for it, and an empty one is known to be empty (the optimizer drops what it cannot
+    reach). ``createDataFrame`` of a list gives that over Spark Connect; in a classic session it parallelizes the
+    rows as a Python RDD, and every task of a plan that reads them starts a Python worker to unpickle them. So
+    there the rows go as an Arrow table, which Spark turns into a local relation. Example:
+    ``local_frame(spark, [("s", "w1")], string_struct("stream", "writer_id"))``."""
+    listed = [tuple(row) for row in rows]
+    if is_connect(spark):
+        return spark.createDataFrame(listed, schema)
+    names = schema.fieldNames()
+    table = pa.Table.from_pylist([dict(zip(names, row, strict=True)) for row in listed], schema=to_arrow_schema(schema))
+    return spark.createDataFrame(table, schema)
+
+
+def string_struct(*names: str) -> StructType:
+    """A schema of nullable string fields ``names``."""
+    return StructType([StructField(name, StringType()) for name in names])
 
 
 def read_dataset(
@@ -286,8 +310,8 @@ def _nullable(data_type: DataType) -> Any:
     return data_type
 
 
-def is_connect(frame: DataFrame) -> bool:
-    """Whether ``frame`` is a Spark Connect client's (not a classic session's)."""
+def is_connect(frame: DataFrame | SparkSession) -> bool:
+    """Whether ``frame`` (or a session) is a Spark Connect client's (not a classic session's)."""
     return type(frame).__module__.startswith("pyspark.sql.connect")
 
 

@@ -15,6 +15,7 @@ from airflow_provider_wm.core.controller import (
     Rejection,
 )
 from airflow_provider_wm.core.segments import Segment
+from spark_jobs.common import local_frame, string_struct
 from spark_jobs.controller.marks import aggregate_marks, names_unknown_segment, nullable_key, row_local_reason
 from spark_jobs.controller.progress import Progress
 from spark_jobs.controller.schemas import DEFERRED, KEYS, MARKS_SCHEMA, SHUTDOWN, STREAM_KEYS, VALUE
@@ -189,8 +190,8 @@ def decided_writers(spark: SparkSession, frame: DataFrame, flags: Flags, *, deci
 
 def _with_decided(spark: SparkSession, frame: DataFrame, flags: Flags) -> DataFrame:
     """``frame`` with ``decided`` (:func:`decided_writers`), from two broadcast joins with ``flags``' lists."""
-    suspects = spark.createDataFrame(flags.suspects, "stream string, wm_key string, writer_id string")
-    bad_names = spark.createDataFrame(flags.bad_names, "stream string, wm_key string")
+    suspects = local_frame(spark, flags.suspects, string_struct(*KEYS))
+    bad_names = local_frame(spark, flags.bad_names, string_struct(*STREAM_KEYS))
     flagged = frame.join(F.broadcast(suspects.withColumn("is_suspect", F.lit(True))), KEYS, "left").join(
         F.broadcast(bad_names.withColumn("is_bad_name", F.lit(True))), STREAM_KEYS, "left"
     )

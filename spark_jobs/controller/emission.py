@@ -15,6 +15,7 @@ from airflow_provider_wm.core.controller import (
     StreamStatus,
 )
 from airflow_provider_wm.core.segments import Segment
+from spark_jobs.common import local_frame, string_struct
 from spark_jobs.controller.acceptance import time_goes_back
 from spark_jobs.controller.marks import invalid_key, is_known
 from spark_jobs.controller.schemas import (
@@ -199,7 +200,7 @@ def stream_results(
     shuffle of its own), where a join per source would cost a Spark job each.
     """
     now = F.lit(now_ms)
-    with_reasons = spark.createDataFrame(list(reason_keys), "stream string, wm_key string")
+    with_reasons = local_frame(spark, reason_keys, string_struct(*STREAM_KEYS))
     listed = F.lit(True).alias("listed")
     state_columns = [c for c in STREAMS_STATE_SCHEMA.fieldNames() if c not in STREAM_KEYS]
     active = F.col("active")

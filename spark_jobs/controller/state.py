@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from airflow_provider_wm.documents import copy_tree
-from spark_jobs.common import conform, read_dataset, read_schema_document, write_schema_document
+from spark_jobs.common import conform, local_frame, read_dataset, read_schema_document, write_schema_document
 from spark_jobs.controller.marks import with_key
 from spark_jobs.driver_outputs import driver_can_write, replace_folder
 
@@ -57,7 +57,7 @@ def write_driver_state(spark: SparkSession, rows: Sequence[Mapping[str, Any]], p
             return
         except OSError as exc:
             log.warning("writing %s from the driver failed (%s); writing it with Spark", path, exc)
-    write_state(spark.createDataFrame([[r[f.name] for f in schema.fields] for r in rows], schema), path, schema)
+    write_state(local_frame(spark, [[r[f.name] for f in schema.fields] for r in rows], schema), path, schema)
 
 
 def carry_state(state_in: str, state_out: str, name: str) -> dict[str, Any] | None:

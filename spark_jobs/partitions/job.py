@@ -15,6 +15,7 @@ from airflow_provider_wm.core.partitions import DAY_MS, QuarantineReason
 from spark_jobs.common import (
     delete_path,
     job_session,
+    local_frame,
     path_exists,
     read_dataset,
     submit_main,
@@ -83,7 +84,7 @@ class Job:
             )
             for u in units
         ]
-        return self.spark.createDataFrame(rows, WORK_UNITS_SCHEMA)
+        return local_frame(self.spark, rows, WORK_UNITS_SCHEMA)
 
     def quarantine_reason(self, intervals: list[tuple[int, int]]) -> Column:
         """:func:`core.partitions.quarantine_reason` on the source's columns (null: a good row). Unit reasons

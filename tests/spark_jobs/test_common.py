@@ -1,12 +1,14 @@
-"""The session settings every job applies (spark_jobs.common): how a local master lists files and sizes shuffles."""
+"""The session settings every job applies (spark_jobs.common): how a local master lists files and sizes shuffles;
+the frames of rows the driver holds."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
 
-from spark_jobs.common import PARALLEL_LISTING, job_session, list_files_on_driver, local_cores
+from spark_jobs.common import PARALLEL_LISTING, job_session, list_files_on_driver, local_cores, local_frame
 
 
 @pytest.mark.parametrize(
@@ -56,3 +58,20 @@ def test_a_partitioned_folder_of_many_partitions_reads_the_same_listed_on_the_dr
     list_files_on_driver(spark)
     rows = spark.read.parquet(path).selectExpr("count(1) AS n", "count(DISTINCT day) AS days", "sum(id) AS ids")
     assert rows.first().asDict() == {"n": 400, "days": 40, "ids": sum(range(400))}
+
+
+def test_a_local_frame_holds_the_driver_rows_in_the_schemas_order_and_types(spark):
+    schema = StructType(
+        [
+            StructField("stream", StringType()),
+            StructField("offset", LongType()),
+            StructField("position", MapType(LongType(), LongType())),
+        ]
+    )
+    rows = [("orders", 3, {0: 3, 4294967296: 4}), ("payments", None, None)]
+
+    frame = local_frame(spark, rows, schema)
+
+    assert frame.schema == schema
+    assert [tuple(row) for row in frame.orderBy("stream").collect()] == rows
+    assert local_frame(spark, [], schema).count() == 0
