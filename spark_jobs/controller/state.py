@@ -33,10 +33,17 @@ def read_state(spark: SparkSession, state_in: str | None, name: str, schema: Str
     path = f"{state_in.rstrip('/')}/{name}"
     document = read_schema_document(path)
     if document is not None:
-        frame: DataFrame | None = spark.read.schema(StructType.fromJson(document)).parquet(path)
+        stored = StructType.fromJson(document)
+        frame: DataFrame | None = spark.read.schema(stored).parquet(path)
+        names = stored.fieldNames()
     else:
         frame = read_dataset(spark, path, job_output=True)
-    return None if frame is None else with_key(conform(frame, schema, path))
+        names = [] if frame is None else frame.columns
+    if frame is None:
+        return None
+    if "wm_key" not in names:
+        frame = frame.withColumn("wm_key", F.lit(None).cast("string"))
+    return with_key(conform(frame, schema, path))
 
 
 def write_state(frame: DataFrame, path: str, schema: StructType) -> None:

@@ -80,3 +80,21 @@ def test_a_part_written_before_its_schema_was_stored_beside_it_reads_the_same(sp
         ("w2", {1: 2}, 4_000),
     ]
     assert read_state(spark, str(tmp_path / "stored"), "origins", WRITERS_STATE_SCHEMA) is None  # never written
+
+
+def test_a_part_written_before_keyed_watermarks_reads_as_the_unkeyed_watermark(spark, tmp_path):
+    writers = spark.createDataFrame([("orders", None, "w1", 5_000, {0: 3}, True, None)], WRITERS_STATE_SCHEMA).drop(
+        "wm_key"
+    )
+    for stored in ("stored", "inferred"):
+        writers.write.parquet(str(tmp_path / stored / "writers"))
+    schema = [field for field in WRITERS_STATE_SCHEMA.fields if field.name != "wm_key"]
+    (tmp_path / "stored" / "writers" / SCHEMA_DOCUMENT).write_text(
+        json.dumps({"type": "struct", "fields": [field.jsonValue() for field in schema], "rows": 1})
+    )
+
+    for stored in ("stored", "inferred"):
+        rows = rows_of(spark, tmp_path / stored, "writers", WRITERS_STATE_SCHEMA)
+        assert [(r["stream"], r["wm_key"], r["writer_id"], r["position"]) for r in rows] == [
+            ("orders", "", "w1", {0: 3})
+        ], stored
