@@ -151,6 +151,7 @@ def _partitions(document: dict[str, Any]) -> str:
     reads = ", ".join(
         f"{row['label'].split(' (')[0]} {row['source_partitions']} source partition(s), {row['rows_read']:,} rows"
         for row in document["runs"].values()
+        if not row["label"].endswith("(reference)")  # another transformation of a run listed
     )
     notes = [
         f"Source partitions the plans name (the floors read these): {reads}. The day-2 run takes "
