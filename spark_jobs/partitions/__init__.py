@@ -14,8 +14,9 @@ of work units, each a partition ``[partition_start, partition_end)``, a unit, an
    ``core.times``' 1970..9999), and, when the request lists the pipeline's ``units``, ``null_unit`` and
    ``unknown_unit`` for rows in the plan's ranges (a row of a known unit whose work unit is up to date is
    not bad);
-3. assigns each row to its work unit by an equi-join on ``(UTC day, unit)`` with the plan's ranges
-   exploded into the days they touch (broadcast), then a range filter: no Python on rows;
+3. assigns each row to its work unit: up to ``INLINE_UNITS_UP_TO`` units by a ``CASE`` over their ranges
+   and units, for more by an equi-join on ``(UTC day, unit)`` with the plan's ranges exploded into the days
+   they touch (broadcast), then a range filter: no Python on rows;
 4. exposes the rows as the view ``source`` with ``wm_partition`` (partition key), ``wm_unit``,
    ``wm_partition_start/end``, ``wm_range_start/end`` and ``wm_time``; applies the user's transformation
    (a Spark SQL statement over ``source``, or a ``DataFrame -> DataFrame`` function named by import path);

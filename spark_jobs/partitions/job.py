@@ -3,6 +3,7 @@ once, and return the manifest (``run``); ``main`` is the spark-submit entry poin
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -21,10 +22,13 @@ from spark_jobs.common import (
     submit_main,
 )
 from spark_jobs.partitions.layout import (
+    INLINE_UNITS_UP_TO,
     LIST_FOLDERS_UP_TO,
     OBSERVE_UNITS_UP_TO,
     PARTITION_COLUMNS,
     ROW_ID,
+    UNIT_BOUND_FIELDS,
+    UNIT_BOUNDS,
     UNKNOWN_UNIT_SAMPLES,
     WORK_UNITS_SCHEMA,
     PlannedRows,
@@ -36,7 +40,7 @@ from spark_jobs.partitions.layout import (
     with_row_ids,
     work_unit_key,
 )
-from spark_jobs.sql_text import ident, invalid_time, parse_time, string, time_ms
+from spark_jobs.sql_text import case, ident, invalid_time, number, parse_time, string, time_ms
 
 __all__ = ["Job", "main", "run"]
 
@@ -131,7 +135,7 @@ class Job:
         frame = self.source if condition is None else self.source.where(condition)
         frame = frame.withColumn("wm_reason", self.quarantine_reason(intervals))
         bad = frame.where(F.col("wm_reason").isNotNull()).withColumnRenamed("wm_reason", "reason")
-        # a bad row has no time here, so it joins no work unit
+        # a bad row has no time here, so it lands in no work unit
         timed = frame.withColumn(
             "wm_time",
             # guarded: a number far out of range would overflow the conversion
@@ -141,36 +145,85 @@ class Job:
                     parse_time(ident(self.args.time_column), self.time_type, f"time_column={self.args.time_column!r}")
                 ),
             ),
-        ).withColumn("wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS))
+        )
+        assigned = self._assign_units(timed, units)
+        columns = [c for c in self.source.columns if c not in PARTITION_COLUMNS]
+        shaped = assigned.where(F.col("wm_partition").isNotNull()).select(
+            *[F.col(ident(c)) for c in (*columns, "wm_time", "wm_partition", "wm_unit", *UNIT_BOUNDS)]
+        )
+        counts = assigned.groupBy("wm_partition", "wm_unit", "wm_reason").count()
+        return PlannedRows(shaped, bad, counts)
+
+    def _assign_units(self, timed: DataFrame, units: list[dict[str, Any]]) -> DataFrame:
+        """``timed`` with the columns of the work unit each row lands in (``wm_partition``, ``wm_unit`` and
+        :data:`UNIT_BOUNDS`; null for a row in none): the unit whose range holds ``wm_time`` and, with a unit
+        column, whose unit is the row's. A unit's ranges never overlap, so a row lands in one unit at most.
+
+        Up to :data:`INLINE_UNITS_UP_TO` units the unit is a ``CASE`` over them (no join, no broadcast to
+        build: a small run's plan is a scan and a projection, like a plain filtered read); above it, a broadcast
+        equi-join on the row's UTC day (and unit) against the units' days. Example: units ``[d1, eu]`` and
+        ``[d1, us]``: a row of ``us`` on d1 gets ``CASE WHEN <in d1's range> AND unit = 'eu' THEN <eu's columns>
+        WHEN <in d1's range> AND unit = 'us' THEN <us's columns> END``, the second unit's columns (a struct)."""
+        if len(units) <= INLINE_UNITS_UP_TO and self._lands_in_one_unit(units):
+            row_millis = "unix_millis(wm_time)"
+            branches = []
+            for unit in units:
+                partition, unit_name = work_unit_key(unit)
+                start, end = number(int(unit["range_start"])), number(int(unit["range_end"]))
+                inside = f"{row_millis} >= {start} AND {row_millis} < {end}"
+                if self.args.unit_column:
+                    inside += f" AND CAST({ident(self.args.unit_column)} AS STRING) = {string(unit_name)}"
+                bounds = [
+                    f"{string(name)}, timestamp_millis({number(int(unit[field]))})"
+                    for name, field in zip(UNIT_BOUNDS, UNIT_BOUND_FIELDS, strict=True)
+                ]
+                keys = f"'wm_partition', {string(partition)}, 'wm_unit', {string(unit_name)}"
+                branches.append((inside, f"named_struct({keys}, {', '.join(bounds)})"))
+            # computed once per row: behind a nondeterministic condition, the filter on the unit (rows that land in
+            # none) is not pushed below it with the CASE inlined, which would evaluate it again, twice per unit
+            assigned = f"CASE WHEN spark_partition_id() >= 0 THEN {case(*branches)} END AS wm_assigned"
+            kept = [ident(c) for c in timed.columns]
+            return timed.selectExpr(*kept, assigned).selectExpr(
+                *kept, *[f"wm_assigned.{c} AS {c}" for c in ("wm_partition", "wm_unit", *UNIT_BOUNDS)]
+            )
+        with_day = timed.withColumn("wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS))
         days = self._work_units_frame(units).withColumn(
             "wm_day",
             F.explode(
                 F.sequence(F.floor(F.col("range_start_ms") / DAY_MS), F.floor((F.col("range_end_ms") - 1) / DAY_MS))
             ),
         )
-        millis = F.unix_millis(timed["wm_time"])
+        millis = F.unix_millis(with_day["wm_time"])
         in_unit = (
-            (timed["wm_day"] == days["wm_day"]) & (millis >= days["range_start_ms"]) & (millis < days["range_end_ms"])
+            (with_day["wm_day"] == days["wm_day"])
+            & (millis >= days["range_start_ms"])
+            & (millis < days["range_end_ms"])
         )
         if self.args.unit_column:
-            in_unit = in_unit & (timed[self.args.unit_column].cast("string") == days["wm_unit"])
-        columns = [c for c in self.source.columns if c not in PARTITION_COLUMNS]
-        shaped = timed.join(F.broadcast(days), on=in_unit).select(
-            *[timed[c] for c in columns],
-            timed["wm_time"],
+            in_unit = in_unit & (with_day[self.args.unit_column].cast("string") == days["wm_unit"])
+        return with_day.join(F.broadcast(days), on=in_unit, how="left").select(
+            *[with_day[c] for c in timed.columns],
             days["wm_partition"],
             days["wm_unit"],
-            F.timestamp_millis(days["partition_start_ms"]).alias("wm_partition_start"),
-            F.timestamp_millis(days["partition_end_ms"]).alias("wm_partition_end"),
-            F.timestamp_millis(days["range_start_ms"]).alias("wm_range_start"),
-            F.timestamp_millis(days["range_end_ms"]).alias("wm_range_end"),
+            *[
+                F.timestamp_millis(days[f"{field}_ms"]).alias(name)
+                for name, field in zip(UNIT_BOUNDS, UNIT_BOUND_FIELDS, strict=True)
+            ],
         )
-        counts = (
-            timed.join(F.broadcast(days), on=in_unit, how="left")
-            .groupBy(days["wm_partition"], days["wm_unit"], timed["wm_reason"])
-            .count()
+
+    def _lands_in_one_unit(self, units: list[dict[str, Any]]) -> bool:
+        """Whether a row can land in one of ``units`` at most: the ranges of units a row may match (those of one
+        unit, or all of them without a unit column) do not overlap. A plan's do not: its units are partitions of
+        one spec, per unit."""
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for unit in units:
+            matched_by = work_unit_key(unit)[1] if self.args.unit_column else ""
+            spans.setdefault(matched_by, []).append((int(unit["range_start"]), int(unit["range_end"])))
+        return all(
+            end <= next_start
+            for ranges in spans.values()
+            for (_, end), (next_start, _) in itertools.pairwise(sorted(ranges))
         )
-        return PlannedRows(shaped, bad, counts)
 
     def read_counts(self) -> tuple[dict[tuple[str, str], int], int]:
         """Rows read per work unit of the plan, and the bad rows among the rows read, from one scan (a run whose

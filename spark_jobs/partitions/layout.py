@@ -26,10 +26,13 @@ from airflow_provider_wm.core.partitions import local_dates, zone_info
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 
 __all__ = [
+    "INLINE_UNITS_UP_TO",
     "LIST_FOLDERS_UP_TO",
     "OBSERVE_UNITS_UP_TO",
     "PARTITION_COLUMNS",
     "ROW_ID",
+    "UNIT_BOUNDS",
+    "UNIT_BOUND_FIELDS",
     "UNKNOWN_UNIT_SAMPLES",
     "WORK_UNITS_SCHEMA",
     "PlannedRows",
@@ -58,6 +61,14 @@ LIST_FOLDERS_UP_TO = 64
 OBSERVE_UNITS_UP_TO = 64
 """Up to this many work units in a write, the job counts each unit's rows while writing them (one conditional
 count per unit and row, in the write's own scan); above it, it reads the written folders back to count them."""
+
+INLINE_UNITS_UP_TO = 64
+"""Up to this many work units, a row's unit is found by a ``CASE`` over the units; above it, by a broadcast join."""
+
+UNIT_BOUNDS = ("wm_partition_start", "wm_partition_end", "wm_range_start", "wm_range_end")
+"""The work unit's bounds each row of the job's view carries (timestamps)."""
+UNIT_BOUND_FIELDS = ("partition_start", "partition_end", "range_start", "range_end")
+"""The work unit's fields (epoch milliseconds) of :data:`UNIT_BOUNDS`, in their order."""
 
 WORK_UNITS_SCHEMA = StructType(
     [

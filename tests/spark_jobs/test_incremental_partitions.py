@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -434,15 +435,17 @@ def test_rows_of_a_null_or_unknown_unit_are_quarantined_once_but_an_up_to_date_u
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("units_by", ["case", "join"])
 @settings(
-    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "8")) // 2 or 1,
+    max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "8")) // 4 or 1,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(st.randoms(use_true_random=False), st.integers(1, 3))
 def test_random_rows_are_quarantined_or_extracted_as_core_quarantine_reason_says(
-    spark, tmp_path_factory, rng, executing_days
+    spark, tmp_path_factory, units_by, rng, executing_days
 ):
+    """Either way the job finds a row's work unit: a CASE over a few units, a join for many."""
     workdir = tmp_path_factory.mktemp("reasons")
     now = iso_ms("2020-01-05")
     times = [None, -1, 0, 10**15, 2**63 - 1, MAX_TIME_MS, MAX_TIME_MS + 1]
@@ -456,9 +459,10 @@ def test_random_rows_are_quarantined_or_extracted_as_core_quarantine_reason_says
     )
     the_plan = plan(DAILY, done, now, units=UNITS)
     ranges = [(u.range_start, u.range_end) for u in the_plan.executing()]
-    manifest = execute(
-        spark, workdir, the_plan, "r", source=workdir / "source", time_column="t", unit_column="region", units=UNITS
-    )
+    with mock.patch("spark_jobs.partitions.job.INLINE_UNITS_UP_TO", 0 if units_by == "join" else 64):
+        manifest = execute(
+            spark, workdir, the_plan, "r", source=workdir / "source", time_column="t", unit_column="region", units=UNITS
+        )
     expected_bad = {}
     expected_out = Counter()
     for rid, region, t in rows:
@@ -474,6 +478,10 @@ def test_random_rows_are_quarantined_or_extracted_as_core_quarantine_reason_says
     assert manifest["quarantine"] == dict(Counter(expected_bad.values()))
     written = target_rows(spark, workdir) if any((workdir / "target").rglob("*.parquet")) else Counter()
     assert written == expected_out
+    read = Counter()
+    for (_, partition, unit), copies in expected_out.items():
+        read[(partition, unit)] += copies
+    assert {(e["wm_partition"], e["unit"]): e["rows_read"] for e in manifest["work_units"] if e["rows_read"]} == read
 
 
 @pytest.mark.slow
