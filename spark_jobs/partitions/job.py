@@ -151,8 +151,7 @@ class Job:
         shaped = assigned.where(F.col("wm_partition").isNotNull()).select(
             *[F.col(ident(c)) for c in (*columns, "wm_time", "wm_partition", "wm_unit", *UNIT_BOUNDS)]
         )
-        counts = assigned.groupBy("wm_partition", "wm_unit", "wm_reason").count()
-        return PlannedRows(shaped, bad, counts)
+        return PlannedRows(shaped, bad, assigned)
 
     def _assign_units(self, timed: DataFrame, units: list[dict[str, Any]]) -> DataFrame:
         """``timed`` with the columns of the work unit each row lands in (``wm_partition``, ``wm_unit`` and
@@ -227,10 +226,24 @@ class Job:
 
     def read_counts(self) -> tuple[dict[tuple[str, str], int], int]:
         """Rows read per work unit of the plan, and the bad rows among the rows read, from one scan (a run whose
-        read has no bad row skips the quarantine's own scan)."""
+        read has no bad row skips the quarantine's own scan). Up to :data:`OBSERVE_UNITS_UP_TO` units they are
+        observed while the rows are read for nothing (one Spark job, no shuffle); for more, grouped and fetched."""
         if self.source is None:
             return {}, 0
-        counted = self.rows(self.units).counts.collect()  # per unit, per bad reason, margin: small
+        read_rows = self.rows(self.units).read
+        if len(self.units) <= OBSERVE_UNITS_UP_TO:
+            observation = Observation("rows_read")
+            bad = F.expr("count_if(wm_reason IS NOT NULL) AS bad")
+            counted = read_rows.select("wm_partition", "wm_unit", "wm_reason")  # the scan reads only what it counts
+            counted.observe(observation, *self._rows_per_unit(self.units), bad).write.format("noop").mode(
+                "overwrite"
+            ).save()
+            observed = observation.get
+            keys = [work_unit_key(u) for u in self.units]
+            return {key: int(observed[str(i)]) for i, key in enumerate(keys)}, int(observed["bad"])
+        counted = (
+            read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count().collect()
+        )  # per unit, per bad reason, margin: small
         read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
         return read, sum(int(r["count"]) for r in counted if r["wm_reason"] is not None)
 

@@ -59,8 +59,9 @@ LIST_FOLDERS_UP_TO = 64
 """Up to this many work units, the job reads their output folders directly instead of listing the target."""
 
 OBSERVE_UNITS_UP_TO = 64
-"""Up to this many work units in a write, the job counts each unit's rows while writing them (one conditional
-count per unit and row, in the write's own scan); above it, it reads the written folders back to count them."""
+"""Up to this many work units, the job counts each unit's rows while it reads them (rows read, in a scan that
+writes nothing) and while it writes them (one conditional count per unit and row, in the write's own scan);
+above it, it groups the rows read by unit and reads the written folders back to count them."""
 
 INLINE_UNITS_UP_TO = 64
 """Up to this many work units, a row's unit is found by a ``CASE`` over the units; above it, by a broadcast join."""
@@ -199,13 +200,13 @@ def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame
 
 class PlannedRows(NamedTuple):
     """One filtered read of a set of work units: ``rows``, the good rows with their work unit's columns (the view
-    ``source``); ``bad``, the rows to quarantine with their ``reason``; ``counts``, the rows read per
-    ``(wm_partition, wm_unit, wm_reason)`` (a bad row has no unit; a good row outside every unit's range, read
-    for the margin of the source's partition filter, has neither)."""
+    ``source``); ``bad``, the rows to quarantine with their ``reason``; ``read``, every row read with its
+    ``wm_reason`` and its unit's columns (a bad row has no unit; a good row outside every unit's range, read for
+    the margin of the source's partition filter, has neither)."""
 
     rows: DataFrame
     bad: DataFrame
-    counts: DataFrame
+    read: DataFrame
 
 
 class Quarantined(NamedTuple):

@@ -435,7 +435,7 @@ def test_rows_of_a_null_or_unknown_unit_are_quarantined_once_but_an_up_to_date_u
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("units_by", ["case", "join"])
+@pytest.mark.parametrize("run_of", ["few_units", "many_units"])
 @settings(
     max_examples=int(__import__("os").environ.get("WM_DIFFERENTIAL_EXAMPLES", "8")) // 4 or 1,
     deadline=None,
@@ -443,9 +443,10 @@ def test_rows_of_a_null_or_unknown_unit_are_quarantined_once_but_an_up_to_date_u
 )
 @given(st.randoms(use_true_random=False), st.integers(1, 3))
 def test_random_rows_are_quarantined_or_extracted_as_core_quarantine_reason_says(
-    spark, tmp_path_factory, units_by, rng, executing_days
+    spark, tmp_path_factory, run_of, rng, executing_days
 ):
-    """Either way the job finds a row's work unit: a CASE over a few units, a join for many."""
+    """Either way the job finds a row's work unit and counts the rows: for a few units a CASE over them and counts
+    observed, for many (the thresholds set to 0 here) a join, and counts grouped and read back."""
     workdir = tmp_path_factory.mktemp("reasons")
     now = iso_ms("2020-01-05")
     times = [None, -1, 0, 10**15, 2**63 - 1, MAX_TIME_MS, MAX_TIME_MS + 1]
@@ -459,7 +460,11 @@ def test_random_rows_are_quarantined_or_extracted_as_core_quarantine_reason_says
     )
     the_plan = plan(DAILY, done, now, units=UNITS)
     ranges = [(u.range_start, u.range_end) for u in the_plan.executing()]
-    with mock.patch("spark_jobs.partitions.job.INLINE_UNITS_UP_TO", 0 if units_by == "join" else 64):
+    few = run_of == "few_units"
+    with (
+        mock.patch("spark_jobs.partitions.job.INLINE_UNITS_UP_TO", 64 if few else 0),
+        mock.patch("spark_jobs.partitions.job.OBSERVE_UNITS_UP_TO", 64 if few else 0),
+    ):
         manifest = execute(
             spark, workdir, the_plan, "r", source=workdir / "source", time_column="t", unit_column="region", units=UNITS
         )
