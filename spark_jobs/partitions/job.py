@@ -234,16 +234,15 @@ class Job:
         if len(self.units) <= OBSERVE_UNITS_UP_TO:
             observation = Observation("rows_read")
             bad = F.expr("count_if(wm_reason IS NOT NULL) AS bad")
-            counted = read_rows.select("wm_partition", "wm_unit", "wm_reason")  # the scan reads only what it counts
-            counted.observe(observation, *self._rows_per_unit(self.units), bad).write.format("noop").mode(
+            judged = read_rows.select("wm_partition", "wm_unit", "wm_reason")  # the scan reads only what it counts
+            judged.observe(observation, *self._rows_per_unit(self.units), bad).write.format("noop").mode(
                 "overwrite"
             ).save()
             observed = observation.get
             keys = [work_unit_key(u) for u in self.units]
             return {key: int(observed[str(i)]) for i, key in enumerate(keys)}, int(observed["bad"])
-        counted = (
-            read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count().collect()
-        )  # per unit, per bad reason, margin: small
+        # per unit, per bad reason, margin: small
+        counted = read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count().collect()
         read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
         return read, sum(int(r["count"]) for r in counted if r["wm_reason"] is not None)
 
