@@ -210,7 +210,9 @@ def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: Stru
     if is_connect(spark):
         return spark.createDataFrame(listed, schema)
     names = schema.fieldNames()
-    table = pa.Table.from_pylist([dict(zip(names, row, strict=True)) for row in listed], schema=to_arrow_schema(schema))
+    table = pa.Table.from_pylist(
+        [dict(zip(names, row, strict=True)) for row in listed], schema=to_arrow_schema(schema, timezone="UTC")
+    )
     return spark.createDataFrame(table, schema)
 
 
