@@ -241,8 +241,8 @@ class Job:
             observed = observation.get
             keys = [work_unit_key(u) for u in self.units]
             return {key: int(observed[str(i)]) for i, key in enumerate(keys)}, int(observed["bad"])
-        # per unit, per bad reason, margin: small
-        counted = read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count().collect()
+        grouped = read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count()
+        counted = grouped.collect()  # small: one row per unit and bad reason, and the margin's
         read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
         return read, sum(int(r["count"]) for r in counted if r["wm_reason"] is not None)
 
