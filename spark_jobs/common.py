@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -315,6 +315,30 @@ def _nullable(data_type: DataType) -> Any:
 def is_connect(frame: DataFrame | SparkSession) -> bool:
     """Whether ``frame`` (or a session) is a Spark Connect client's (not a classic session's)."""
     return type(frame).__module__.startswith("pyspark.sql.connect")
+
+
+def observed_below(frame: DataFrame, observation: Observation, name: str) -> dict[str, Any] | None:
+    """The metrics of ``observation`` (named ``name``), observed below ``frame`` by ``frame``'s last action (its
+    write, say); ``None`` when that action reported none. Over Spark Connect they come from the action's execution
+    info: the client fills an observation only when the frame's own plan holds it, and one built on a temporary
+    view (SQL over ``source``) does not. The server reports them when the frame has a step of its own above the
+    SQL (a column added, say), not for the SQL statement's frame itself (pyspark 4.2)."""
+    if not is_connect(frame):
+        return observation.get
+    info = frame.executionInfo  # type: ignore[attr-defined]
+    metrics = {} if info is None else dict(info.flows)
+    return dict(metrics[name]) if name in metrics else None
+
+
+def optimized_plan(frame: DataFrame) -> str:
+    """``frame``'s optimized logical plan as Spark prints it: one operator per line, the root first, each child
+    under its parent behind ``+-`` (the last child) or ``:-``. Example: ``Project [id#0L]`` then
+    ``+- Filter (amount#2 > 0)`` then ``   +- Relation [id#0L,amount#2] parquet``. Over Spark Connect, the
+    server's extended explanation has it (one round trip)."""
+    if is_connect(frame):
+        explained: str = frame._explain_string(mode="extended")  # type: ignore[operator]
+        return explained.split("== Optimized Logical Plan ==", 1)[1].split("\n== ", 1)[0].strip("\n")
+    return str(frame._jdf.queryExecution().optimizedPlan().toString())
 
 
 def conform(frame: DataFrame, schema: StructType, path: str) -> DataFrame:

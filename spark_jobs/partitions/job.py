@@ -17,6 +17,7 @@ from spark_jobs.common import (
     delete_path,
     job_session,
     local_frame,
+    observed_below,
     path_exists,
     read_dataset,
     submit_main,
@@ -27,6 +28,7 @@ from spark_jobs.partitions.layout import (
     OBSERVE_UNITS_UP_TO,
     PARTITION_COLUMNS,
     ROW_ID,
+    ROWS_READ,
     UNIT_BOUND_FIELDS,
     UNIT_BOUNDS,
     UNKNOWN_UNIT_SAMPLES,
@@ -34,6 +36,7 @@ from spark_jobs.partitions.layout import (
     PlannedRows,
     Quarantined,
     any_of,
+    counts_each_row_once,
     load_transform,
     merged_intervals,
     read_filter,
@@ -57,6 +60,7 @@ class Job:
         self.transform = load_transform(args)
         self.quarantine_path = args.quarantine_path or f"{args.round_out}/quarantine"
         self._planned_rows: dict[tuple[tuple[Any, ...], ...], PlannedRows] = {}
+        self._counted_reads: tuple[dict[tuple[str, str], int], int] | None = None
         if not path_exists(spark, args.source):
             raise ValueError(f"source {args.source} does not exist (an empty folder is a source without rows)")
         self.source = read_dataset(spark, args.source, args.source_format)
@@ -148,10 +152,16 @@ class Job:
         )
         assigned = self._assign_units(timed, units)
         columns = [c for c in self.source.columns if c not in PARTITION_COLUMNS]
-        shaped = assigned.where(F.col("wm_partition").isNotNull()).select(
+        observed, to_write = None, assigned
+        # a Python transformation may run Spark actions on its input before it returns: the first one would fill
+        # the observation
+        if len(units) <= OBSERVE_UNITS_UP_TO and not self.args.transform_callable:
+            observed = Observation(ROWS_READ)
+            to_write = assigned.observe(observed, *self._read_counters(units))
+        shaped = to_write.where(F.col("wm_partition").isNotNull()).select(
             *[F.col(ident(c)) for c in (*columns, "wm_time", "wm_partition", "wm_unit", *UNIT_BOUNDS)]
         )
-        return PlannedRows(shaped, bad, assigned)
+        return PlannedRows(shaped, bad, assigned, observed)
 
     def _assign_units(self, timed: DataFrame, units: list[dict[str, Any]]) -> DataFrame:
         """``timed`` with the columns of the work unit each row lands in (``wm_partition``, ``wm_unit`` and
@@ -225,22 +235,24 @@ class Job:
         )
 
     def read_counts(self) -> tuple[dict[tuple[str, str], int], int]:
-        """Rows read per work unit of the plan, and the bad rows among the rows read, from one scan (a run whose
-        read has no bad row skips the quarantine's own scan). Up to :data:`OBSERVE_UNITS_UP_TO` units they are
-        observed while the rows are read for nothing (one Spark job, no shuffle); for more, grouped and fetched."""
+        """Rows read per work unit of the plan, and the bad rows among the rows read (a run whose read has no bad
+        row skips the quarantine's own scan). Up to :data:`OBSERVE_UNITS_UP_TO` units they are observed: as the
+        rows were written, when the write counted each row read once (:meth:`write`), else while the rows are read
+        for nothing (one Spark job, no shuffle); for more, grouped and fetched."""
         if self.source is None:
             return {}, 0
+        if self._counted_reads is not None:
+            return self._counted_reads
+        return self._scan_read_counts()
+
+    def _scan_read_counts(self) -> tuple[dict[tuple[str, str], int], int]:
+        """:meth:`read_counts` from a scan of their own."""
         read_rows = self.rows(self.units).read
         if len(self.units) <= OBSERVE_UNITS_UP_TO:
-            observation = Observation("rows_read")
-            bad = F.expr("count_if(wm_reason IS NOT NULL) AS bad")
+            observation = Observation(ROWS_READ)
             judged = read_rows.select("wm_partition", "wm_unit", "wm_reason")  # the scan reads only what it counts
-            judged.observe(observation, *self._rows_per_unit(self.units), bad).write.format("noop").mode(
-                "overwrite"
-            ).save()
-            observed = observation.get
-            keys = [work_unit_key(u) for u in self.units]
-            return {key: int(observed[str(i)]) for i, key in enumerate(keys)}, int(observed["bad"])
+            judged.observe(observation, *self._read_counters(self.units)).write.format("noop").mode("overwrite").save()
+            return self._reads_observed(observation.get)
         grouped = read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count()
         counted = grouped.collect()  # small: one row per unit and bad reason, and the margin's
         read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
@@ -332,6 +344,15 @@ class Job:
         }
         return (kept if out is None else out.unionByName(kept)), observation, keeping
 
+    def _read_counters(self, units: list[dict[str, Any]]) -> list[Column]:
+        """The counts of the rows read (:data:`ROWS_READ`): one per unit, then ``bad``."""
+        return [*self._rows_per_unit(units), F.expr("count_if(wm_reason IS NOT NULL) AS bad")]
+
+    def _reads_observed(self, observed: dict[str, Any]) -> tuple[dict[tuple[str, str], int], int]:
+        """The rows read per work unit and the bad rows, from the metrics of :meth:`_read_counters`."""
+        keys = [work_unit_key(u) for u in self.units]
+        return {key: int(observed[str(i)]) for i, key in enumerate(keys)}, int(observed["bad"])
+
     @staticmethod
     def _rows_per_unit(units: list[dict[str, Any]]) -> list[Column]:
         """One count per work unit, named by its position in ``units`` (SQL text: one call to the JVM each)."""
@@ -381,10 +402,20 @@ class Job:
 
     def write(self, units: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
         """Write ``units`` (dynamic overwrite); returns this run's rows written per unit, removing stale outputs.
-        The rows are counted while they are written (observed), or for many units read back after the write."""
+        The rows are counted while they are written (observed), or for many units read back after the write. A
+        write of all the plan's units whose transformation reads each row once also counts the rows read
+        (:meth:`read_counts`), so no scan of the source counts them."""
         out, observation, keeping = self._output(units)
         if out is not None:
+            reads = None
+            if self.source is not None and len(units) == len(self.units):
+                reads = self.rows(units).observed
+            if reads is not None and not counts_each_row_once(out, ROWS_READ):
+                reads = None  # the transformation may read a row twice or not at all: a scan counts them
             out.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
+            observed = None if reads is None else observed_below(out, reads, ROWS_READ)
+            if observed is not None:
+                self._counted_reads = self._reads_observed(observed)
         keys = [work_unit_key(u) for u in units]
         if observation is not None:
             observed = observation.get
@@ -436,10 +467,10 @@ def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
     if not units:
         return PartitionsManifest(pipeline=args.pipeline, run_id=args.run_id)
     job = Job(spark, args, units)
-    read_counts, bad_rows = job.read_counts()
-    quarantined = job.quarantine(bad_rows)
     outcomes: dict[tuple[str, str], dict[str, Any]] = {}
     job.execute(sorted(units, key=lambda u: (int(u["partition_start"]), str(u["unit"]))), outcomes)
+    read_counts, bad_rows = job.read_counts()  # counted by the write when it can
+    quarantined = job.quarantine(bad_rows)
     entries = []
     for u in units:
         key = work_unit_key(u)

@@ -8,7 +8,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DateType,
@@ -24,6 +24,7 @@ from pyspark.sql.types import (
 from airflow_provider_wm.contracts import PartitionsRequest
 from airflow_provider_wm.core.partitions import local_dates, zone_info
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
+from spark_jobs.common import optimized_plan
 
 __all__ = [
     "INLINE_UNITS_UP_TO",
@@ -37,6 +38,7 @@ __all__ = [
     "WORK_UNITS_SCHEMA",
     "PlannedRows",
     "Quarantined",
+    "counts_each_row_once",
     "load_transform",
     "merged_intervals",
     "partition_dates",
@@ -59,9 +61,27 @@ LIST_FOLDERS_UP_TO = 64
 """Up to this many work units, the job reads their output folders directly instead of listing the target."""
 
 OBSERVE_UNITS_UP_TO = 64
-"""Up to this many work units, the job counts each unit's rows while it reads them (rows read, in a scan that
-writes nothing) and while it writes them (one conditional count per unit and row, in the write's own scan);
-above it, it groups the rows read by unit and reads the written folders back to count them."""
+"""Up to this many work units, the job counts each unit's rows while it writes them (one conditional count per
+unit and row, in the write's own scan): the rows written, and the rows read when the transformation reads each
+row once (:func:`counts_each_row_once`), else in a scan of their own that writes nothing; above it, it groups
+the rows read by unit and reads the written folders back to count them."""
+
+READ_TO_THE_END = frozenset(
+    {
+        "Aggregate",
+        "CollectMetrics",
+        "Expand",
+        "Filter",
+        "Generate",
+        "Project",
+        "RebalancePartitions",
+        "Repartition",
+        "Window",
+    }
+)
+"""Logical operators that compute every row of their one input once: above an observation, they leave its counts
+those of every row it saw. Not a limit (it may stop early), a join or a union (they may read an input twice, or
+skip it), nor a global sort (``ORDER BY``: it samples its input first, a Spark job of its own)."""
 
 INLINE_UNITS_UP_TO = 64
 """Up to this many work units, a row's unit is found by a ``CASE`` over the units; above it, by a broadcast join."""
@@ -207,6 +227,25 @@ class PlannedRows(NamedTuple):
     rows: DataFrame
     bad: DataFrame
     read: DataFrame
+    observed: Observation | None = None
+    """The counts of ``read`` (:data:`ROWS_READ`: one per unit, then ``bad``), observed below ``rows`` (that is, as
+    the rows are written); ``None``: not observed there."""
+
+
+ROWS_READ = "rows_read"
+"""The name of the observation of the rows read per work unit and the bad rows (:class:`PlannedRows`)."""
+
+
+def counts_each_row_once(frame: DataFrame, observation: str) -> bool:
+    """Whether computing ``frame`` fills the observation named ``observation`` with counts over every row below
+    it, each once: its optimized plan computes the observation once, and only operators of
+    :data:`READ_TO_THE_END` above it. Example, over ``source`` observed: ``SELECT id, amount FROM source WHERE
+    amount > 0``, yes (the filter stays above the observation); ``SELECT * FROM source LIMIT 10`` (it may stop
+    early), ``... ORDER BY id`` (sampled, then sorted) or ``source`` joined or unioned with itself, no."""
+    lines = optimized_plan(frame).splitlines()
+    operators = [line.lstrip(" :|+-").split(" ", 1)[0] for line in lines]
+    observed = [i for i, line in enumerate(lines) if line.lstrip(" :|+-").startswith(f"CollectMetrics {observation},")]
+    return len(observed) == 1 and all(operator in READ_TO_THE_END for operator in operators[: observed[0]])
 
 
 class Quarantined(NamedTuple):

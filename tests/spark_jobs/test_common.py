@@ -1,14 +1,24 @@
 """The session settings every job applies (spark_jobs.common): how a local master lists files and sizes shuffles;
-the frames of rows the driver holds."""
+the frames of rows the driver holds; what a frame's plan and its write observed."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
 
-from spark_jobs.common import PARALLEL_LISTING, job_session, list_files_on_driver, local_cores, local_frame
+from spark_jobs.common import (
+    PARALLEL_LISTING,
+    job_session,
+    list_files_on_driver,
+    local_cores,
+    local_frame,
+    observed_below,
+    optimized_plan,
+)
 
 
 @pytest.mark.parametrize(
@@ -75,3 +85,24 @@ def test_a_local_frame_holds_the_driver_rows_in_the_schemas_order_and_types(spar
     assert frame.schema == schema
     assert [tuple(row) for row in frame.orderBy("stream").collect()] == rows
     assert local_frame(spark, [], schema).count() == 0
+
+
+def test_an_optimized_plan_prints_the_root_first_and_each_child_under_its_parent(spark):
+    frame = spark.range(10).where("id > 3").selectExpr("id * 2 AS twice")
+
+    lines = optimized_plan(frame).splitlines()
+
+    assert [line.lstrip(" :|+-").split(" ", 1)[0] for line in lines] == ["Project", "Filter", "Range"]
+    assert lines[1].startswith("+- ") and lines[2].startswith("   +- ")
+
+
+def test_metrics_observed_below_a_view_are_read_from_the_write_that_computed_them(spark, tmp_path):
+    """SQL over a view of an observed frame, with a column added (as the partitions job adds its run's): the write
+    computes the observation and reports it (over Spark Connect the client's observation itself stays empty)."""
+    observation = Observation("rows_below")
+    spark.range(10).observe(observation, F.count(F.lit(1)).alias("n")).createOrReplaceTempView("observed_numbers")
+    frame = spark.sql("SELECT id FROM observed_numbers WHERE id % 2 = 0").withColumn("run", F.lit("r1"))
+
+    frame.write.parquet(str(tmp_path / "even"))
+
+    assert observed_below(frame, observation, "rows_below") == {"n": 10}

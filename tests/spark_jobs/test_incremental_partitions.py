@@ -15,6 +15,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
@@ -30,7 +31,7 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.partitions import Job, partition_key, run
-from spark_jobs.partitions.layout import load_transform, partition_dates
+from spark_jobs.partitions.layout import counts_each_row_once, load_transform, partition_dates
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
 UNITS = ["eu", "us"]
@@ -257,6 +258,56 @@ def test_a_re_execution_counts_each_units_rows_written_and_removes_the_output_of
     }
     assert not (tmp_path / "target" / f"wm_partition={gone[0]}" / "wm_unit=us").exists()
     assert target_rows(spark, tmp_path) == expected_rows(kept, first.executing())
+
+
+def test_an_observation_counts_each_row_once_under_projections_filters_and_aggregations_only(spark):
+    observed = spark.range(10).observe(Observation("seen"), F.count(F.lit(1)).alias("n"))
+
+    once = [
+        observed.selectExpr("id * 2 AS twice"),
+        observed.where("id > 3").repartition(2),
+        observed.groupBy((F.col("id") % 2).alias("odd")).count(),
+    ]
+    not_once = [
+        observed.limit(3),  # may stop early
+        observed.orderBy("id"),  # sampled for its ranges first
+        observed.union(observed),  # twice
+        observed.join(observed.withColumnRenamed("id", "other"), F.col("id") == F.col("other")),  # twice
+        observed.where("false"),  # the optimizer drops the observation: never
+        spark.range(3).join(observed, "id"),  # a join: may skip rows
+    ]
+
+    assert [counts_each_row_once(frame, "seen") for frame in once] == [True] * len(once)
+    assert [counts_each_row_once(frame, "seen") for frame in not_once] == [False] * len(not_once)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("transform_sql", "counted_by_the_write"),
+    [
+        ("SELECT id, region, event_time, wm_partition, wm_unit FROM source WHERE amount % 2 = 0", True),
+        ("SELECT wm_partition, wm_unit, count(*) AS n FROM source GROUP BY wm_partition, wm_unit", True),
+        ("SELECT * FROM source ORDER BY id", False),
+        ("SELECT * FROM source LIMIT 5", False),
+        ("SELECT * FROM source UNION ALL SELECT * FROM source", False),
+    ],
+    ids=["filtered", "aggregated", "sorted", "limited", "read_twice"],
+)
+def test_each_row_read_is_counted_once_by_the_write_or_by_a_scan_of_its_own(
+    spark, tmp_path, monkeypatch, transform_sql, counted_by_the_write
+):
+    """A transformation that reads each row once lets the write count the rows read (no scan of their own); one
+    that may stop early or read a row twice needs the scan. Either way each unit read its 3 rows."""
+    if counted_by_the_write:
+        monkeypatch.setattr(Job, "_scan_read_counts", lambda _: pytest.fail("the write should have counted them"))
+    write_source(spark, tmp_path / "source", events(2))
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+
+    partitioned = {"unit_column": "region", "source_partition_column": "event_date"}
+    manifest = execute(spark, tmp_path, first, "r1", transform_sql=transform_sql, **partitioned)
+
+    assert manifest["status"] == "succeeded"
+    assert [e["rows_read"] for e in manifest["work_units"]] == [3] * 4
 
 
 @pytest.mark.slow
