@@ -24,7 +24,10 @@ of work units, each a partition ``[partition_start, partition_end)``, a unit, an
 5. writes the target partitioned by ``wm_partition, wm_unit`` with dynamic partition overwrite, so a unit
    re-executed replaces exactly its own output. A unit executed over a partial range (grace/abstinent
    cut inside its partition) keeps its previous rows before ``range_start`` (they need the time column in
-   the output). A unit that now produces no rows, and keeps none, has its old output removed;
+   the output). A unit that now produces no rows, and keeps none, has its old output removed. The write
+   counts each unit's rows written and, when the transformation reads each row once (no limit, join, union
+   or global sort), the rows read per unit and the bad rows, observed below the transformation; otherwise a
+   scan that writes nothing counts those;
 6. isolates failures: if writing a batch of work units fails, the batch is split in halves and retried,
    so only the failing units end up ``failed`` in the manifest (O(failures x log units) extra writes).
 
