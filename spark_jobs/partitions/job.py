@@ -138,7 +138,6 @@ class Job:
         condition = read_filter(self.source, self.args, intervals)
         frame = self.source if condition is None else self.source.where(condition)
         frame = frame.withColumn("wm_reason", self.quarantine_reason(intervals))
-        bad = frame.where(F.col("wm_reason").isNotNull()).withColumnRenamed("wm_reason", "reason")
         # a bad row has no time here, so it lands in no work unit
         timed = frame.withColumn(
             "wm_time",
@@ -158,10 +157,10 @@ class Job:
         if len(units) <= OBSERVE_UNITS_UP_TO and not self.args.transform_callable:
             observed = Observation(ROWS_READ)
             to_write = assigned.observe(observed, *self._read_counters(units))
-        shaped = to_write.where(F.col("wm_partition").isNotNull()).select(
-            *[F.col(ident(c)) for c in (*columns, "wm_time", "wm_partition", "wm_unit", *UNIT_BOUNDS)]
+        shaped = to_write.where("wm_partition IS NOT NULL").selectExpr(
+            *[ident(c) for c in (*columns, "wm_time", "wm_partition", "wm_unit", *UNIT_BOUNDS)]
         )
-        return PlannedRows(shaped, bad, assigned, observed)
+        return PlannedRows(shaped, assigned, observed)
 
     def _assign_units(self, timed: DataFrame, units: list[dict[str, Any]]) -> DataFrame:
         """``timed`` with the columns of the work unit each row lands in (``wm_partition``, ``wm_unit`` and
@@ -191,9 +190,8 @@ class Job:
             # computed once per row: behind a nondeterministic condition, the filter on the unit (rows that land in
             # none) is not pushed below it with the CASE inlined, which would evaluate it again, twice per unit
             assigned = f"CASE WHEN spark_partition_id() >= 0 THEN {case(*branches)} END AS wm_assigned"
-            kept = [ident(c) for c in timed.columns]
-            return timed.selectExpr(*kept, assigned).selectExpr(
-                *kept, *[f"wm_assigned.{c} AS {c}" for c in ("wm_partition", "wm_unit", *UNIT_BOUNDS)]
+            return timed.selectExpr("*", assigned).selectExpr(
+                "*", *[f"wm_assigned.{c} AS {c}" for c in ("wm_partition", "wm_unit", *UNIT_BOUNDS)]
             )
         with_day = timed.withColumn("wm_day", F.floor(F.unix_millis(F.col("wm_time")) / DAY_MS))
         days = self._work_units_frame(units).withColumn(
@@ -271,7 +269,10 @@ class Job:
         samples: list[str] = []
         parts: list[DataFrame] = []
         if self.source is not None:
-            bad = self.rows(self.units).bad
+            read = self.rows(self.units).read
+            bad = read.where("wm_reason IS NOT NULL").selectExpr(
+                *[ident(c) for c in self.source.columns], "wm_reason AS reason"
+            )
             bad = with_row_ids(bad, self.source.columns)
             if existing is not None:
                 known = existing.where(stored_version < version).select(ROW_ID).distinct()

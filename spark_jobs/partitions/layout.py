@@ -220,12 +220,11 @@ def load_transform(args: PartitionsRequest) -> Callable[[SparkSession, DataFrame
 
 class PlannedRows(NamedTuple):
     """One filtered read of a set of work units: ``rows``, the good rows with their work unit's columns (the view
-    ``source``); ``bad``, the rows to quarantine with their ``reason``; ``read``, every row read with its
-    ``wm_reason`` and its unit's columns (a bad row has no unit; a good row outside every unit's range, read for
-    the margin of the source's partition filter, has neither)."""
+    ``source``); ``read``, every row read with its ``wm_reason`` (not null: a row to quarantine) and its unit's
+    columns (a bad row has no unit; a good row outside every unit's range, read for the margin of the source's
+    partition filter, has neither)."""
 
     rows: DataFrame
-    bad: DataFrame
     read: DataFrame
     observed: Observation | None = None
     """The counts of ``read`` (:data:`ROWS_READ`: one per unit, then ``bad``), observed below ``rows`` (that is, as
