@@ -25,9 +25,9 @@ of work units, each a partition ``[partition_start, partition_end)``, a unit, an
    re-executed replaces exactly its own output. A unit executed over a partial range (grace/abstinent
    cut inside its partition) keeps its previous rows before ``range_start`` (they need the time column in
    the output). A unit that now produces no rows, and keeps none, has its old output removed. The write
-   counts each unit's rows written and, when the transformation reads each row once (no limit, join, union
-   or global sort), the rows read per unit and the bad rows, observed below the transformation; otherwise a
-   scan that writes nothing counts those;
+   counts each unit's rows written and, when the transformation only projects and filters ``source`` (no
+   limit, join, union, sort or shuffle), the rows read per unit and the bad rows, observed below the
+   transformation; otherwise a scan that writes nothing counts those;
 6. isolates failures: if writing a batch of work units fails, the batch is split in halves and retried,
    so only the failing units end up ``failed`` in the manifest (O(failures x log units) extra writes).
 

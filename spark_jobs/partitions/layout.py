@@ -66,22 +66,13 @@ unit and row, in the write's own scan): the rows written, and the rows read when
 row once (:func:`counts_each_row_once`), else in a scan of their own that writes nothing; above it, it groups
 the rows read by unit and reads the written folders back to count them."""
 
-READ_TO_THE_END = frozenset(
-    {
-        "Aggregate",
-        "CollectMetrics",
-        "Expand",
-        "Filter",
-        "Generate",
-        "Project",
-        "RebalancePartitions",
-        "Repartition",
-        "Window",
-    }
-)
-"""Logical operators that compute every row of their one input once: above an observation, they leave its counts
-those of every row it saw. Not a limit (it may stop early), a join or a union (they may read an input twice, or
-skip it), nor a global sort (``ORDER BY``: it samples its input first, a Spark job of its own)."""
+NARROW_OPERATORS = frozenset({"CollectMetrics", "Expand", "Filter", "Generate", "Project"})
+"""Logical operators that compute each row of their one input once, in the task that reads it. Above an
+observation, they leave it counting every row it saw, in the write's own tasks, whose metrics Spark applies once
+per partition (a retried task counts once). Not a limit (it may stop early), a join or a union (they may read an
+input twice, or skip it), a global sort (it samples its input first, in a Spark job of its own), nor anything that
+shuffles (an aggregation, a window, a repartition): the observation would run in a map stage, which Spark runs
+again when it loses that stage's output."""
 
 INLINE_UNITS_UP_TO = 64
 """Up to this many work units, a row's unit is found by a ``CASE`` over the units; above it, by a broadcast join."""
@@ -238,13 +229,14 @@ ROWS_READ = "rows_read"
 def counts_each_row_once(frame: DataFrame, observation: str) -> bool:
     """Whether computing ``frame`` fills the observation named ``observation`` with counts over every row below
     it, each once: its optimized plan computes the observation once, and only operators of
-    :data:`READ_TO_THE_END` above it. Example, over ``source`` observed: ``SELECT id, amount FROM source WHERE
+    :data:`NARROW_OPERATORS` above it. Example, over ``source`` observed: ``SELECT id, amount FROM source WHERE
     amount > 0``, yes (the filter stays above the observation); ``SELECT * FROM source LIMIT 10`` (it may stop
-    early), ``... ORDER BY id`` (sampled, then sorted) or ``source`` joined or unioned with itself, no."""
+    early), ``... ORDER BY id`` (sampled, then sorted), a ``GROUP BY`` (a shuffle) or ``source`` joined or unioned
+    with itself, no."""
     lines = optimized_plan(frame).splitlines()
     operators = [line.lstrip(" :|+-").split(" ", 1)[0] for line in lines]
     observed = [i for i, line in enumerate(lines) if line.lstrip(" :|+-").startswith(f"CollectMetrics {observation},")]
-    return len(observed) == 1 and all(operator in READ_TO_THE_END for operator in operators[: observed[0]])
+    return len(observed) == 1 and all(operator in NARROW_OPERATORS for operator in operators[: observed[0]])
 
 
 class Quarantined(NamedTuple):
