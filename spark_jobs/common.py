@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -333,12 +334,12 @@ def observed_below(frame: DataFrame, observation: Observation, name: str) -> dic
 def optimized_plan(frame: DataFrame) -> str:
     """``frame``'s optimized logical plan as Spark prints it: one operator per line, the root first, each child
     under its parent behind ``+-`` (the last child) or ``:-``. Example: ``Project [id#0L]`` then
-    ``+- Filter (amount#2 > 0)`` then ``   +- Relation [id#0L,amount#2] parquet``. Over Spark Connect, the
-    server's extended explanation has it (one round trip)."""
-    if is_connect(frame):
-        explained: str = frame._explain_string(mode="extended")  # type: ignore[operator]
-        return explained.split("== Optimized Logical Plan ==", 1)[1].split("\n== ", 1)[0].strip("\n")
-    return str(frame._jdf.queryExecution().optimizedPlan().toString())
+    ``+- Filter (amount#2 > 0)`` then ``   +- Relation [id#0L,amount#2] parquet``. Taken from the extended
+    explanation, which ``explain`` prints in either kind of session (over Spark Connect, one round trip)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        frame.explain(mode="extended")
+    return printed.getvalue().split("== Optimized Logical Plan ==", 1)[1].split("\n== ", 1)[0].strip("\n")
 
 
 def conform(frame: DataFrame, schema: StructType, path: str) -> DataFrame:
