@@ -888,3 +888,18 @@ def test_merged_inputs_panes_equal_core_over_random_runs(spark, tmp_path, window
         (e.key[0], e.values.get("a__t", e.values.get("b__t2")), why) for r in results for e, why in r.late
     )
     assert Counter(pipeline.late()) == expected_late
+
+
+def test_a_checkpoint_reports_the_totals_observed_while_it_was_written_without_a_job_of_their_own(spark, monkeypatch):
+    """The run's totals come with its checkpoint: observed as the checkpoint is written (over Spark Connect, read
+    from the checkpoint command's execution info), never aggregated from the checkpoint in a Spark job of their
+    own, which the fallback would run."""
+    from spark_jobs.windowed.base import checkpoint_with_totals
+
+    frame = spark.range(10).selectExpr("id % 3 AS k").groupBy("k").agg(F.count(F.lit(1)).alias("n"))
+    monkeypatch.setattr(type(frame), "coalesce", lambda *_: pytest.fail("the totals were aggregated again"))
+
+    checkpoint, totals = checkpoint_with_totals(frame, F.sum("n").alias("rows"), F.count(F.lit(1)).alias("groups"))
+
+    assert (totals["rows"], totals["groups"]) == (10, 3)
+    assert sorted(tuple(r) for r in checkpoint.collect()) == [(0, 4), (1, 3), (2, 3)]
