@@ -8,15 +8,17 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
 from airflow_provider_wm.core.partitions import DAY_MS, QuarantineReason
 from spark_jobs.common import (
+    Observed,
     delete_path,
     job_session,
     local_frame,
+    observe,
     observed_below,
     path_exists,
     read_dataset,
@@ -155,8 +157,7 @@ class Job:
         # a Python transformation may run Spark actions on its input before it returns: the first one would fill
         # the observation
         if len(units) <= OBSERVE_UNITS_UP_TO and not self.args.transform_callable:
-            observed = Observation(ROWS_READ)
-            to_write = assigned.observe(observed, *self._read_counters(units))
+            to_write, observed = observe(assigned, ROWS_READ, *self._read_counters(units))
         shaped = to_write.where("wm_partition IS NOT NULL").selectExpr(
             *[ident(c) for c in (*columns, "wm_time", "wm_partition", "wm_unit", *UNIT_BOUNDS)]
         )
@@ -247,10 +248,12 @@ class Job:
         """:meth:`read_counts` from a scan of their own."""
         read_rows = self.rows(self.units).read
         if len(self.units) <= OBSERVE_UNITS_UP_TO:
-            observation = Observation(ROWS_READ)
             judged = read_rows.select("wm_partition", "wm_unit", "wm_reason")  # the scan reads only what it counts
-            judged.observe(observation, *self._read_counters(self.units)).write.format("noop").mode("overwrite").save()
-            return self._reads_observed(observation.get)
+            scan, observed = observe(judged, ROWS_READ, *self._read_counters(self.units))
+            scan.write.format("noop").mode("overwrite").save()
+            counts = observed_below(scan, observed)
+            assert counts is not None, "the scan computes the rows it observes"
+            return self._reads_observed(counts)
         grouped = read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count()
         counted = grouped.collect()  # small: one row per unit and bad reason, and the margin's
         read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
@@ -319,11 +322,11 @@ class Job:
             )
         return {r["reason"]: int(r["count"]) for r in counted}
 
-    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, Observation | None, set[tuple[str, str]]]:
+    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, Observed | None, set[tuple[str, str]]]:
         """The rows to write for ``units`` (None: none), the observation of this run's rows per unit (None: too
         many units to observe, see :data:`OBSERVE_UNITS_UP_TO`), and the units that keep earlier rows."""
         out: DataFrame | None = None
-        observation: Observation | None = None
+        observation: Observed | None = None
         if self.source is not None:
             out = self.transform(self.spark, self.rows(units).rows)
             lacking = [c for c in PARTITION_COLUMNS if c not in out.columns]
@@ -331,8 +334,7 @@ class Job:
                 raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
             out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
             if len(units) <= OBSERVE_UNITS_UP_TO:
-                observation = Observation("rows_written")
-                out = out.observe(observation, *self._rows_per_unit(units))
+                out, observation = observe(out, "rows_written", *self._rows_per_unit(units))
         partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
         previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
         if previous is None:
@@ -414,13 +416,13 @@ class Job:
             if reads is not None and not counts_each_row_once(out, ROWS_READ):
                 reads = None  # the transformation may read a row twice or not at all: a scan counts them
             out.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
-            observed = None if reads is None else observed_below(out, reads, ROWS_READ)
+            observed = None if reads is None else observed_below(out, reads)
             if observed is not None:
                 self._counted_reads = self._reads_observed(observed)
         keys = [work_unit_key(u) for u in units]
-        if observation is not None:
-            observed = observation.get
-            counts = {key: int(observed[str(i)]) for i, key in enumerate(keys)}
+        written = None if out is None or observation is None else observed_below(out, observation)
+        if written is not None:
+            counts = {key: int(written[str(i)]) for i, key in enumerate(keys)}
         else:
             counts = self._written_rows(set(keys))
         for key in set(keys) - keeping:

@@ -8,7 +8,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DateType,
@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from airflow_provider_wm.contracts import PartitionsRequest
 from airflow_provider_wm.core.partitions import local_dates, zone_info
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
-from spark_jobs.common import optimized_plan
+from spark_jobs.common import Observed, optimized_plan
 
 __all__ = [
     "INLINE_UNITS_UP_TO",
@@ -217,7 +217,7 @@ class PlannedRows(NamedTuple):
 
     rows: DataFrame
     read: DataFrame
-    observed: Observation | None = None
+    observed: Observed | None = None
     """The counts of ``read`` (:data:`ROWS_READ`: one per unit, then ``bad``), observed below ``rows`` (that is, as
     the rows are written); ``None``: not observed there."""
 

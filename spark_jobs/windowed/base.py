@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import WindowedRequest
@@ -14,7 +14,7 @@ from airflow_provider_wm.core.windowing import (
     AggregationSpec,
     SqlAggregate,
 )
-from spark_jobs.common import observed_below
+from spark_jobs.common import observe, observed_below
 from spark_jobs.sql_text import any_of, ident, number, string
 
 RUN_PARTITION = "wm_run"
@@ -77,24 +77,20 @@ def checkpoint_with_totals(frame: DataFrame, *totals: Column) -> tuple[DataFrame
     """``frame`` materialised once (``localCheckpoint``) and its totals, observed (``observe``) while the checkpoint
     is written: no Spark job of their own.
 
-    Over Spark Connect the client's observation stays empty (pyspark 4.2); the server reports the metrics in the
-    checkpoint command's execution info, which :func:`~spark_jobs.common.observed_below` reads. Should it report
-    none, the totals are aggregated from the checkpoint in one Spark job, which reads its blocks, not the input
-    again: coalesced into one task first, the partial and final aggregation run without a shuffle (the checkpoint
-    holds the small frame after the run's group-by, not the input).
+    Over Spark Connect the server reports the metrics in the checkpoint command's execution info
+    (:func:`~spark_jobs.common.observe`). Should it report none, the totals are aggregated from the checkpoint in
+    one Spark job, which reads its blocks, not the input again: coalesced into one task first, the partial and final
+    aggregation run without a shuffle (the checkpoint holds the small frame after the run's group-by, not the
+    input).
     """
-    observation = Observation(_TOTALS)
-    observed = frame.observe(observation, *totals)
+    observed, totals_observed = observe(frame, "totals", *totals)
     checkpoint = observed.localCheckpoint()
-    metrics = observed_below(observed, observation, _TOTALS)
+    metrics = observed_below(observed, totals_observed)
     if metrics is not None:
         return checkpoint, Row(**metrics)
     row = checkpoint.coalesce(1).agg(*totals).first()  # small: one row of totals
     assert row is not None  # an aggregation without grouping has one row
     return checkpoint, row
-
-
-_TOTALS = "totals"
 
 
 class JobBase:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, Observation, Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
@@ -21,7 +21,7 @@ from airflow_provider_wm.core.windowing import (
     Timing,
     next_watermark,
 )
-from spark_jobs.common import job_session, submit_main, write_schema_document
+from spark_jobs.common import job_session, observe, observed_below, submit_main, write_schema_document
 from spark_jobs.driver_outputs import driver_can_write, fetch_tables, replace_folder, spark_schema
 from spark_jobs.sql_text import ident, string
 from spark_jobs.windowed.base import (
@@ -244,9 +244,9 @@ class Job(Firing):
         if decided is None:
             return None
         self._write_run_partition(self.panes(self.outputs(decided, watermark)), request.output)
-        fired_counts = Observation("fired")
-        counted = decided.observe(
-            fired_counts,
+        counted, fired_observed = observe(
+            decided,
+            "fired",
             *[
                 F.expr(count)
                 for count in (
@@ -262,7 +262,9 @@ class Job(Firing):
         )
         state = self.next_state(self.outputs(counted, watermark))
         write_state(state, request.state_out)
-        fired = {name: int(value or 0) for name, value in fired_counts.get.items()}
+        fired_counts = observed_below(state, fired_observed)
+        assert fired_counts is not None, "the state's write computes the windows it observes"
+        fired = {name: int(value or 0) for name, value in fired_counts.items()}
         write_schema_document(request.state_out, state.schema, fired["windows"] - fired["purged"])
         return Written(fired, self._fired_hours() if request.fired_hours else None, "spark")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
 
@@ -16,6 +15,7 @@ from spark_jobs.common import (
     list_files_on_driver,
     local_cores,
     local_frame,
+    observe,
     observed_below,
     optimized_plan,
 )
@@ -98,11 +98,11 @@ def test_an_optimized_plan_prints_the_root_first_and_each_child_under_its_parent
 
 def test_metrics_observed_below_a_view_are_read_from_the_write_that_computed_them(spark, tmp_path):
     """SQL over a view of an observed frame, with a column added (as the partitions job adds its run's): the write
-    computes the observation and reports it (over Spark Connect the client's observation itself stays empty)."""
-    observation = Observation("rows_below")
-    spark.range(10).observe(observation, F.count(F.lit(1)).alias("n")).createOrReplaceTempView("observed_numbers")
+    computes the observation and reports it (over Spark Connect in its execution info)."""
+    observed, metrics = observe(spark.range(10), "rows_below", F.count(F.lit(1)).alias("n"))
+    observed.createOrReplaceTempView("observed_numbers")
     frame = spark.sql("SELECT id FROM observed_numbers WHERE id % 2 = 0").withColumn("run", F.lit("r1"))
 
     frame.write.parquet(str(tmp_path / "even"))
 
-    assert observed_below(frame, observation, "rows_below") == {"n": 10}
+    assert observed_below(frame, metrics) == {"n": 10}
