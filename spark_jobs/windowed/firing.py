@@ -211,17 +211,38 @@ class Firing(Rollup):
             f"'pane_index', {self._PANE_INDEX}, 'values', wm_values)"
         )
 
-    def outputs(self, decided: DataFrame, watermark: int | None) -> DataFrame:
-        """Both outputs of the decided windows in one row per window: the next state's columns
-        (:meth:`state_columns`), ``wm_kept`` (the window stays in the state: not purged) and ``wm_panes``, the pane
-        rows it fires (structs of :meth:`pane_columns`; null when it does not fire). :meth:`panes` and
-        :meth:`next_state` select them; the driver's writer fetches this one frame and splits it.
+    def panes(self, decided: DataFrame, watermark: int | None) -> DataFrame:
+        """The pane rows (:meth:`pane_columns`): the new panes of the windows that fire and, in retracting mode,
+        a retraction row before each for every pane it replaces."""
+        fired = decided.where("wm_fires")
+        keys = [ident(k) for k in self.keys]
+        names = [ident(a.name) for a in self.spec.aggregates]
+        run = [f"CAST({'NULL' if watermark is None else number(watermark)} AS BIGINT) AS watermark_ms",
+               f"{string(self.run_id)} AS run_id"]  # fmt: skip
+        if not self.spec.retracting:
+            return fired.selectExpr(
+                "window_start", "window_end", *keys, *[f"wm_values.{n} AS {n}" for n in names], "wm_timing AS pane",
+                f"{self._PANE_INDEX} AS pane_index", "false AS retraction", *run,
+            )  # fmt: skip
+        retracted = "concat(owed, filter(array(last_pane), p -> p IS NOT NULL))"
+        rows = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane").unionByName(
+            fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane")
+        )
+        return rows.selectExpr(
+            "pane.window_start AS window_start", "pane.window_end AS window_end", *keys,
+            *[f"pane.values.{n} AS {n}" for n in names], "pane.timing AS pane", "pane.pane_index AS pane_index",
+            "retraction", *run,
+        )  # fmt: skip
 
-        The state: a fired window has no pending events, its new pane as its last and no retractions owed;
-        DISCARDING resets its partials (a count to 0, anything else to null). The panes: the new pane and, in
-        retracting mode, a retraction row before it for every pane it replaces. Worked example: a window with
-        ``last_pane`` EARLY 0 that fires ON_TIME in retracting mode gives two pane rows (the EARLY 0 pane with
-        ``retraction`` true, then the ON_TIME 1 pane) and keeps the ON_TIME pane as its ``last_pane``."""
+    def pane_columns(self) -> list[str]:
+        """A pane row's columns (:meth:`panes`): the window, keys, aggregates, then the pane's metadata."""
+        names = [a.name for a in self.spec.aggregates]
+        return ["window_start", "window_end", *self.keys, *names, "pane", "pane_index", "retraction", "watermark_ms",
+                "run_id"]  # fmt: skip
+
+    def next_state(self, decided: DataFrame) -> DataFrame:
+        """The windows kept (not purged) after firing: a fired window has no pending events, its new pane as its
+        last and no retractions owed; DISCARDING resets its partials (a count to 0, anything else to null)."""
         partials = [ident(c) for c in self.partial_columns()]
         if self.spec.accumulation is Accumulation.DISCARDING:
             counting = self.counting_partials()
@@ -229,59 +250,14 @@ class Firing(Rollup):
                 f"CASE WHEN wm_fires THEN {'0' if c in counting else 'NULL'} ELSE {ident(c)} END AS {ident(c)}"
                 for c in self.partial_columns()
             ]
-        return decided.selectExpr(
+        return decided.where("NOT wm_purged").selectExpr(
             *[ident(c) for c in (*self.keys, "window_start", "window_end")],
             *partials,
             "CASE WHEN wm_timing IS NOT NULL THEN CAST(0 AS BIGINT) ELSE pending END AS pending",
             f"on_time_fired OR coalesce(wm_timing = {string(Timing.ON_TIME.value)}, false) AS on_time_fired",
             f"CASE WHEN wm_fires THEN {self._new_pane()} ELSE last_pane END AS last_pane",
             "CASE WHEN wm_fires THEN slice(owed, 1, 0) ELSE owed END AS owed",  # never null: empty, of its own type
-            "NOT wm_purged AS wm_kept",
-            f"{self._pane_rows(watermark)} AS wm_panes",
         )
-
-    def _pane_rows(self, watermark: int | None) -> str:
-        """The pane rows a deciding window fires, as an array of structs of :meth:`pane_columns` (SQL text over
-        :meth:`decide`'s columns; null when it does not fire)."""
-        run = f"CAST({'NULL' if watermark is None else number(watermark)} AS BIGINT)"
-
-        def row(pane: str | None, retraction: str) -> str:
-            """A pane row of ``pane`` (a stored pane struct) or, for ``None``, of the pane the window fires."""
-            stored = pane is not None
-            values = f"{pane}.values" if stored else "wm_values"
-            fields = [
-                ("window_start", f"{pane}.window_start" if stored else "window_start"),
-                ("window_end", f"{pane}.window_end" if stored else "window_end"),
-                *[(k, ident(k)) for k in self.keys],
-                *[(a.name, f"{values}.{ident(a.name)}") for a in self.spec.aggregates],
-                ("pane", f"{pane}.timing" if stored else "wm_timing"),
-                ("pane_index", f"{pane}.pane_index" if stored else self._PANE_INDEX),
-                ("retraction", retraction),
-                ("watermark_ms", run),
-                ("run_id", string(self.run_id)),
-            ]
-            return f"named_struct({', '.join(f'{string(name)}, {value}' for name, value in fields)})"
-
-        new = f"array({row(None, 'false')})"
-        if self.spec.retracting:
-            replaced = "concat(owed, filter(array(last_pane), p -> p IS NOT NULL))"
-            new = f"concat(transform({replaced}, wm_pane -> {row('wm_pane', 'true')}), {new})"
-        return f"CASE WHEN wm_fires THEN {new} END"
-
-    @staticmethod
-    def panes(outputs: DataFrame) -> DataFrame:
-        """The pane rows (:meth:`pane_columns`) of :meth:`outputs`."""
-        return outputs.selectExpr("inline(wm_panes)")
-
-    def pane_columns(self) -> list[str]:
-        """A pane row's columns (:meth:`outputs`): the window, keys, aggregates, then the pane's metadata."""
-        names = [a.name for a in self.spec.aggregates]
-        return ["window_start", "window_end", *self.keys, *names, "pane", "pane_index", "retraction", "watermark_ms",
-                "run_id"]  # fmt: skip
-
-    def next_state(self, outputs: DataFrame) -> DataFrame:
-        """The windows kept (not purged) of :meth:`outputs`, with the state's columns."""
-        return outputs.where("wm_kept").selectExpr(*[ident(c) for c in self.state_columns()])
 
 
 def _aggregate(grouped: GroupedData, *expressions: str) -> DataFrame:

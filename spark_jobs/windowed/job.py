@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -68,7 +67,7 @@ class Job(Firing):
         max_times: list[int | None] = [self.previous_max_event]
         fresh: DataFrame | None = None
         live: LiveSnapshot | None = None
-        size = 0
+        size, fresh_count = 0, 0
         if rolled is not None:
             checkpoint, row = rolled
             live, size = self.live_after(checkpoint, int(row["live"])), int(row["checkpointed"])
@@ -76,7 +75,7 @@ class Job(Firing):
                 counts = {r.value: int(row[r.value]) for r in ROLLUP_LATE_REASONS if row[r.value]}
                 counts[None] = int(row["rows"]) - sum(counts.values())
                 max_times.append(row["max_t"])
-                fresh = self.with_fresh_flags(self.fresh_windows(checkpoint))
+                fresh, fresh_count = self.with_fresh_flags(self.fresh_windows(checkpoint)), int(row["fresh"])
             if panes is not None and classified is not None and len(counts) > 1:
                 self._write_late_panes(panes, classified)
         seen = [v for v in max_times if v is not None]
@@ -85,7 +84,9 @@ class Job(Firing):
         windows = self.combine(fresh, state) if fresh is not None else state
         stored = 0 if state is None else self.stored_windows()
         size_known = None if stored is None else size + stored
-        written = self.write_windows(windows, watermark, size_known, live=live)
+        # without stored windows, the windows decided are the fresh ones; with some, they are counted as they are
+        windows_count = fresh_count if state is None else None
+        written = self.write_windows(windows, watermark, size_known, windows_count, live=live)
         live_path = None if live is None else request.live_out
         state_path = None if windows is None else request.state_out
         manifest = self._manifest(started, counts, watermark, max_event_time, written, state_path, live_path)
@@ -120,7 +121,7 @@ class Job(Firing):
         counts: dict[str | None, int] = {}
         max_times: list[int | None] = [self.previous_max_event]
         windows: DataFrame | None = None
-        size: int | None = None  # the windows decided, when known
+        windows_count: int | None = None
         if events is not None:
             classified = self.classified(events)
             partials = self.new_partials(classified)
@@ -143,7 +144,7 @@ class Job(Firing):
                 windows = checkpoint.where("window_start IS NOT NULL")  # the outputs select the state's columns
             counts = self.event_counts(observed)
             max_times.append(observed["max_t"])
-            size = int(observed["windows"])
+            windows_count = int(observed["windows"])
             if any(n for reason, n in counts.items() if reason is not None):
                 late = classified.where("wm_reason IS NOT NULL").selectExpr(
                     *[ident(c) for c in events.columns if c not in JOB_COLUMNS],
@@ -152,14 +153,14 @@ class Job(Firing):
                 )
                 self._write_run_partition(late, request.late_output)
         else:
-            windows, size = self.read_state(), self.stored_windows()
+            windows, windows_count = self.read_state(), self.stored_windows()
         seen = [v for v in max_times if v is not None]
         max_event_time = max(seen) if seen else None
         watermark = self.watermark(max_event_time)
         if windows is None:
             manifest = self._manifest(started, counts, watermark, max_event_time, None, None)
             return replace(manifest, fired_hours_ms=[] if request.fired_hours else None)
-        written = self.write_windows(windows, watermark, size)
+        written = self.write_windows(windows, watermark, windows_count, windows_count)
         assert written is not None, "there are windows"
         manifest = self._manifest(started, counts, watermark, max_event_time, written, request.state_out)
         return replace(manifest, fired_hours_ms=written.fired_hours)
@@ -169,10 +170,11 @@ class Job(Firing):
         windows: DataFrame | None,
         watermark: int | None,
         size: int | None,
+        windows_count: int | None = None,
         live: LiveSnapshot | None = None,
     ) -> Written | None:
-        """Decide ``windows`` and write the run's panes and the next state, both projections of the decided
-        windows (:meth:`outputs`, of one checkpoint or of the state alone), and a rollup's
+        """Decide ``windows`` (``windows_count`` of them, when known) and write the run's panes and the next
+        state, both projections of the decided windows (of one checkpoint, or of the state alone), and a rollup's
         ``live`` snapshot (a frame and its columns): from the driver when the rows the outputs are projected from
         are known to be at most ``driver_output_rows`` (``size``) and fsspec can write every folder
         (:mod:`spark_jobs.driver_outputs`), else with Spark (also when the driver's write fails). ``None``: no
@@ -187,7 +189,7 @@ class Job(Firing):
         limit = request.driver_output_rows  # 0: always Spark
         if size is not None and limit > 0 and size <= limit and driver_can_write(*folders):
             try:
-                return self._write_from_driver(decided, watermark, partition, live)
+                return self._write_from_driver(decided, watermark, partition, windows_count, live)
             except OSError as exc:
                 log.warning("writing the outputs from the driver failed (%s); writing them with Spark", exc)
         return self._write_with_spark(decided, watermark, live)
@@ -199,15 +201,24 @@ class Job(Firing):
         return self.request.live_out
 
     def _write_from_driver(
-        self, decided: DataFrame | None, watermark: int | None, partition: str, live: LiveSnapshot | None
+        self,
+        decided: DataFrame | None,
+        watermark: int | None,
+        partition: str,
+        windows_count: int | None,
+        live: LiveSnapshot | None,
     ) -> Written | None:
-        """The outputs fetched in one Spark action and written by pyarrow: one row per decided window
-        (:meth:`outputs`), split into the state (the windows kept) and the panes (the fired rows, flattened); the
-        windows not kept were purged."""
+        """The outputs fetched in one Spark action and written by pyarrow; the counts taken from the fetched rows
+        (the windows not kept in the state were purged; when their number is not known, it is fetched too)."""
         request = self.request
         projections: list[tuple[DataFrame, Sequence[str]]] = [] if live is None else [(live.frame, live.columns)]
         if decided is not None:
-            projections.append((self.outputs(decided, watermark), [*self.state_columns(), "wm_kept", "wm_panes"]))
+            projections += [
+                (self.panes(decided, watermark), self.pane_columns()),
+                (self.next_state(decided), self.state_columns()),
+            ]
+            if windows_count is None:
+                projections.append((decided.agg(F.expr("count(1) AS windows")), ["windows"]))
         tables = fetch_tables(projections)  # at most driver_output_rows windows (checked by write_windows)
         if live is not None:
             snapshot = tables.pop(0)
@@ -215,9 +226,9 @@ class Job(Firing):
             write_schema_document(self._live_out, spark_schema(snapshot), snapshot.num_rows)
         if decided is None:
             return None
-        windows = tables[0]
-        state = windows.filter(windows.column("wm_kept")).select(self.state_columns())
-        panes = pa.Table.from_struct_array(pc.list_flatten(windows.column("wm_panes")))
+        panes, state = tables[0], tables[1]
+        if windows_count is None:
+            windows_count = int(tables[2].column("windows")[0].as_py())
         replace_folder(panes, partition)
         replace_folder(state, request.state_out)
         write_schema_document(request.state_out, spark_schema(state), state.num_rows)
@@ -225,7 +236,7 @@ class Job(Firing):
         timing = panes.filter(pc.invert(retraction)).column("pane")
         fired = {t.value: int(pc.sum(pc.equal(timing, t.value)).as_py() or 0) for t in Timing}
         fired["retractions"] = int(pc.sum(retraction).as_py() or 0)
-        fired["windows"], fired["purged"] = windows.num_rows, windows.num_rows - state.num_rows
+        fired["windows"], fired["purged"] = windows_count, windows_count - state.num_rows
         hours = None
         if request.fired_hours:  # a global window starts at no hour
             starts = panes.column("window_start")
@@ -243,7 +254,7 @@ class Job(Firing):
             write_schema_document(self._live_out, live.frame.schema, live.rows)
         if decided is None:
             return None
-        self._write_run_partition(self.panes(self.outputs(decided, watermark)), request.output)
+        self._write_run_partition(self.panes(decided, watermark), request.output)
         counted, fired_observed = observe(
             decided,
             "fired",
@@ -260,7 +271,7 @@ class Job(Firing):
                 )
             ],
         )
-        state = self.next_state(self.outputs(counted, watermark))
+        state = self.next_state(counted)
         write_state(state, request.state_out)
         fired_counts = observed_below(state, fired_observed)
         assert fired_counts is not None, "the state's write computes the windows it observes"

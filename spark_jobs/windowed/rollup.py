@@ -260,7 +260,8 @@ class Rollup(Events):
     def rollup_totals(self) -> list[Column]:
         """The run's totals from :meth:`live_panes`: ``rows`` read, one count per reason of
         :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), the rows
-        ``checkpointed`` (target windows and live panes) and the ``live`` panes."""
+        ``checkpointed`` (target windows and live panes), the ``live`` panes and the ``fresh`` windows (those that got
+        accepted pane rows: :meth:`fresh_windows`)."""
         return [
             F.expr(total)
             for total in (
@@ -270,6 +271,7 @@ class Rollup(Events):
                 f"coalesce(sum({_WINDOW}wm_inexact), 0) AS inexact",
                 "count(1) AS checkpointed",
                 "count(CASE WHEN wm_live THEN 1 END) AS live",
+                f"count(CASE WHEN {_WINDOW}wm_events > 0 THEN 1 END) AS fresh",
             )
         ]
 
