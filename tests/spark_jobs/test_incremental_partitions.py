@@ -312,6 +312,21 @@ def test_each_row_read_is_counted_once_by_the_write_or_by_a_scan_of_its_own(
 
 
 @pytest.mark.slow
+def test_counts_a_scan_does_not_report_are_grouped_and_fetched_instead(spark, tmp_path, monkeypatch):
+    """Should Spark report no observed metrics with the counting scan or the write, the rows read are grouped and
+    fetched, and the rows written read back: the counts stay exact."""
+    monkeypatch.setattr("spark_jobs.partitions.job.observed_below", lambda *_: None)
+    write_source(spark, tmp_path / "source", events(2))
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+
+    partitioned = {"unit_column": "region", "source_partition_column": "event_date"}
+    manifest = execute(spark, tmp_path, first, "r1", transform_sql="SELECT * FROM source ORDER BY id", **partitioned)
+
+    assert manifest["status"] == "succeeded"
+    assert [(e["rows_read"], e["rows_written"]) for e in manifest["work_units"]] == [(3, 3)] * 4
+
+
+@pytest.mark.slow
 def test_an_output_without_the_work_unit_columns_fails_the_job_clearly(spark, tmp_path):
     write_source(spark, tmp_path / "source", events(2))
     first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-02"))

@@ -903,3 +903,23 @@ def test_a_checkpoint_reports_the_totals_observed_while_it_was_written_without_a
 
     assert (totals["rows"], totals["groups"]) == (10, 3)
     assert sorted(tuple(r) for r in checkpoint.collect()) == [(0, 4), (1, 3), (2, 3)]
+
+
+def test_totals_an_action_does_not_report_are_counted_by_a_spark_job_of_their_own(spark, tmp_path, monkeypatch):
+    """Should Spark report no observed metrics with the checkpoint or the state's write, the run counts its totals
+    and its fired windows in a job of their own: the manifests say the same as with the metrics."""
+    spec = AggregationSpec(Tumbling(10), SUM_V, ("k",), StoreWatermark("s"), early_firing=True)
+    runs = [([("a", 1, 1), ("b", 12, 5), ("a", None, 2)], 5), ([("c", 25, 1), ("a", 3, 4)], 15)]
+    manifests = {}
+    for reported in (True, False):
+        if not reported:
+            monkeypatch.setattr("spark_jobs.windowed.base.observed_below", lambda *_: None)
+            monkeypatch.setattr("spark_jobs.windowed.job.observed_below", lambda *_: None)
+        pipeline = Pipeline(spark, tmp_path / str(reported), spec)
+        pipeline.driver_output_rows = 0  # the Spark writer, whose fired windows are observed
+        manifests[reported] = [
+            {k: v for k, v in pipeline.run(rows, source=source).items() if k not in WRITTEN_ELSEWHERE}
+            for rows, source in runs
+        ]
+    assert manifests[False] == manifests[True]
+    assert manifests[True][1]["totals"]["panes"]["ON_TIME"] > 0
