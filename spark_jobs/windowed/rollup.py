@@ -13,9 +13,7 @@ from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
 from airflow_provider_wm.core.windowing import (
     OUTPUT_COLUMNS,
     Accumulation,
-    Aggregate,
     LateReason,
-    SqlAggregate,
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
 from spark_jobs.common import read_dataset_and_schema, read_written
@@ -116,13 +114,13 @@ class Rollup(Events):
         that got accepted rows never see a too-late row. Live rows (``wm_live`` true, :meth:`live_after`): the
         live panes of the target windows still open at ``horizon``, as the live snapshot stores them.
 
-        The rows are hash-partitioned by ``(keys, wm_ts)`` once: the window rows' group-bys (per upstream window,
-        then per target window) run in the partitions of that exchange. The live rows' filter on the target
-        window applies after the same exchange when the aggregates read every upstream value column (both
-        branches then keep the same columns), else below an exchange of their own (the rows of open windows only:
-        none when the run closes every window it reads). Worked example: the 5-minute pane ``[0, 5m)`` of key
-        ``a``, EARLY (index 0) in a previous run and ON_TIME (index 1) now, gives the window row ``[0, 1h)`` of
-        ``a`` with its values (``wm_events`` 1) and, while ``[0, 1h)`` is open, the live row of the ON_TIME pane.
+        The rows are hash-partitioned by ``(keys, wm_ts)`` once, and both group-bys run in the partitions of that
+        exchange: per upstream window (:meth:`_upstream_windows`), then per target window. That second group-by
+        gives the live rows too, so the pane rows are shuffled, read and picked once: an upstream window whose
+        live pane lies in an open target window comes twice out of an ``explode`` (``wm_live_row``), the second
+        time in a group of its own. Worked example: the 5-minute pane ``[0, 5m)`` of key ``a``, EARLY (index 0)
+        in a previous run and ON_TIME (index 1) now, gives the window row ``[0, 1h)`` of ``a`` with its values
+        (``wm_events`` 1) and, while ``[0, 1h)`` is open, the live row of the ON_TIME pane.
 
         ``packed``: the rank as one long (each group-by is a hash aggregate); the job falls back to a struct
         (``packed=False``, a sort-based aggregate) when a rank does not fit (``wm_inexact`` rows, never for the
@@ -140,7 +138,7 @@ class Rollup(Events):
             frames.append(
                 classified.selectExpr(
                     *keys,
-                    # cast only when needed: a no-op alias would differ between the branches' exchanges
+                    # cast when the upstream wrote another type
                     *[
                         c if schema[c].dataType.simpleString() == t else f"CAST({c} AS {t}) AS {c}"
                         for c, t in typed.items()
@@ -169,9 +167,20 @@ class Rollup(Events):
         ).repartition(*self.keys, "wm_ts")
         rank = pane_rank("upstream_run", "pane_index", "retraction", "wm_read IS NOT NULL", packed)
         panes = self._upstream_windows(candidates, rank, values)
+        # every upstream window counts in its target window's row; the live pane of an open one is a live row too
+        live_row = f"wm_live AND {is_open('wm_te', horizon)}"
+        copies = panes.selectExpr(
+            "*", f"explode(CASE WHEN {live_row} THEN array(false, true) ELSE array(false) END) AS wm_live_row"
+        )
+        # a live row's own group: its upstream window (and pane, DISCARDING), null for the target window's row
+        upstream = ["window_start", "window_end"]
+        if self.spec.upstream.accumulation is Accumulation.DISCARDING:
+            upstream.append("pane_index")
+        as_live = [F.expr(f"CASE WHEN wm_live_row THEN {c} END").alias(c) for c in upstream]
+        carried = [c for c in (*LIVE_META, *values) if c not in upstream]
         reason = "wm_reason"
-        windows = _aggregate(
-            panes.groupBy(*self.keys, "wm_ts", "wm_te"),
+        grouped = _aggregate(
+            copies.groupBy(*self.keys, "wm_ts", "wm_te", "wm_live_row", *as_live),
             *self.partial_exprs("wm_live"),
             f"sum(CASE WHEN {reason} IS NULL THEN wm_rows END) AS wm_events",
             "sum(wm_rows) AS wm_rows",
@@ -181,22 +190,18 @@ class Rollup(Events):
             ],
             "max(wm_max_t) AS wm_max_t",
             "sum(wm_inexact) AS wm_inexact",
+            # a live row's group is one upstream window: its own values
+            *[f"first(CASE WHEN wm_live_row THEN {ident(c)} END) AS {ident(c)}" for c in carried],
         )
         # not the windows of stored live panes only, unless one's rank does not fit: its count starts the rerun
-        windows = windows.where("wm_rows > 0 OR wm_inexact > 0").selectExpr(
-            *keys, "wm_ts", "wm_te", *[f"{ident(c)} AS {ident(_WINDOW + c)}" for c in self._window_columns()]
+        return grouped.where("wm_live_row OR wm_rows > 0 OR wm_inexact > 0").selectExpr(
+            *keys,
+            "CASE WHEN NOT wm_live_row THEN wm_ts END AS wm_ts",
+            "CASE WHEN NOT wm_live_row THEN wm_te END AS wm_te",
+            *[f"CASE WHEN NOT wm_live_row THEN {ident(c)} END AS {ident(_WINDOW + c)}" for c in self._window_columns()],
+            *[ident(c) for c in ("window_start", "window_end", *LIVE_META, *values)],
+            "CASE WHEN wm_live_row THEN true END AS wm_live",
         )
-        open_rows = is_open("wm_te", horizon)
-        if self._reads_every_value(values):
-            # both branches' rows then keep the same columns, so their exchanges are one (reused); a condition that
-            # is not deterministic stays above it (Spark pushes only deterministic filters through an exchange)
-            open_rows = f"CASE WHEN spark_partition_id() >= 0 THEN {open_rows} END"
-        # else Spark pushes the filter below this branch's own exchange: it shuffles the open windows' rows only
-        still_open = self._upstream_windows(candidates.where(open_rows), rank, values)
-        live_rows = still_open.where("wm_live").selectExpr(
-            *keys, "window_start", "window_end", *LIVE_META, *[ident(v) for v in values], "true AS wm_live"
-        )
-        return windows.unionByName(live_rows, allowMissingColumns=True)
 
     def _upstream_windows(self, candidates: DataFrame, rank: str, values: list[str]) -> DataFrame:
         """Per upstream window (and ``wm_reason``) of ``candidates``: its live pane's columns (each a ``max_by``
@@ -231,11 +236,6 @@ class Rollup(Events):
             "wm_inexact",
             f"{is_live} AS wm_live",
         )
-
-    def _reads_every_value(self, values: list[str]) -> bool:
-        """Whether the spec's aggregates read every upstream value column (unknown for a SQL aggregate)."""
-        read = {a.column for a in self.spec.aggregates if isinstance(a, Aggregate)}
-        return not any(isinstance(a, SqlAggregate) for a in self.spec.aggregates) and read.issuperset(values)
 
     def _window_columns(self) -> list[str]:
         return [*self.partial_columns(), "wm_events", "wm_rows", *[r.value for r in ROLLUP_LATE_REASONS], "wm_max_t",
