@@ -239,11 +239,15 @@ def read_dataset_and_schema(
 ) -> tuple[DataFrame, StructType] | None:
     """:func:`read_dataset` and the dataset's schema (asking a Spark Connect server for it once). A Parquet
     dataset Spark wrote is read with the schema stored in its footer (:func:`stored_spark_schema`): Spark
-    would infer the same one, in a Spark job of its own."""
+    would infer the same one, in a Spark job of its own. A ``job_output`` partitioned by folder, whose partition
+    columns no footer holds, is read with the schema :func:`write_schema_document` stored beside it, if any."""
     if not path_exists(spark, path):
         return None
     merges = str(spark.conf.get("spark.sql.parquet.mergeSchema", "false")).lower() == "true"
     stored = None if merges else stored_spark_schema(path, data_format)
+    if stored is None and not merges and job_output and data_format == "parquet":
+        document = read_schema_document(path)
+        stored = None if document is None else StructType.fromJson(document)
 
     def read(schema: StructType | None = None) -> DataFrame | None:
         if not job_output:

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from airflow_provider_wm.contracts import WindowedManifest, WindowedRequest
 from airflow_provider_wm.core.partitions import HOUR_MS
@@ -230,6 +231,7 @@ class Job(Firing):
         if windows_count is None:
             windows_count = int(tables[2].column("windows")[0].as_py())
         replace_folder(panes, partition)
+        self._document_output(spark_schema(panes))
         replace_folder(state, request.state_out)
         write_schema_document(request.state_out, spark_schema(state), state.num_rows)
         retraction = panes.column("retraction")
@@ -254,7 +256,9 @@ class Job(Firing):
             write_schema_document(self._live_out, live.frame.schema, live.rows)
         if decided is None:
             return None
-        self._write_run_partition(self.panes(decided, watermark), request.output)
+        panes = self.panes(decided, watermark)
+        self._write_run_partition(panes, request.output)
+        self._document_output(panes.schema)
         counts = [
             F.expr(count)
             for count in (
@@ -347,6 +351,13 @@ class Job(Firing):
             "duration_s": round(time.time() - started, 3),
         }
         return WindowedManifest.from_json(manifest)
+
+    def _document_output(self, schema: StructType) -> None:
+        """Beside the pane output: its schema and the run partition's type as Spark infers it from the folder names
+        (an int while the versions fit one), so a rollup reads the panes without a Spark job to infer it
+        (:func:`~spark_jobs.common.read_dataset_and_schema`)."""
+        partition = IntegerType() if self.version < 2**31 else LongType()
+        write_schema_document(self.request.output, StructType([*schema.fields, StructField(RUN_PARTITION, partition)]))
 
     def _write_run_partition(self, frame: DataFrame, path: str) -> None:
         """Replace this run's partition ``<path>/wm_run=<version>`` only (a retry or re-run overwrites its own

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from airflow_provider_wm.core.times import MAX_TIME_MS, is_valid_time_ms
 from airflow_provider_wm.core.windowing import (
@@ -45,7 +45,9 @@ from airflow_provider_wm.core.windowing import (
     run_on_panes,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window
+from spark_jobs.common import read_dataset_and_schema, write_schema_document
 from spark_jobs.windowed import run_request as run_windowed
+from spark_jobs.windowed.base import RUN_PARTITION
 
 EVENT_SCHEMA = "k string, t long, v int, arrival long"
 DOUBLE_SCHEMA = "k string, t long, v double, arrival long"
@@ -604,6 +606,7 @@ def test_the_driver_and_spark_write_the_same_panes_late_rows_state_and_schemas(s
             "state": sorted(map(repr, state.collect())),
             "state schema": state.schema,
             "stored schema": json.loads((Path(pipeline.state) / "_wm_schema.json").read_text()),
+            "pane output schema": json.loads((pipeline.base / "panes" / "_wm_schema.json").read_text()),
         }
     assert written["arrow"] == written["spark"]
     assert written["arrow"]["stored schema"]["rows"] == len(written["arrow"]["state"])
@@ -653,6 +656,27 @@ def test_the_state_is_read_with_the_schema_stored_beside_it_and_one_without_it_i
     assert panes == pipeline.panes(2)
     assert [p[:4] for p in panes] == [(("a",), 0, 10, (3,)), (("b",), 10, 20, (6,))]
     assert inferred["totals"] == with_schema["totals"]
+
+
+def test_the_pane_output_is_documented_with_the_schema_a_read_of_its_partitions_infers_and_read_with_it(
+    spark, tmp_path
+):
+    spec = AggregationSpec(Tumbling(10), SUM_V, ("k",), StoreWatermark("s"), early_firing=True)
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.run([("a", 1, 1), ("b", 12, 5)], source=5)
+    pipeline.run([("a", 21, 1)], source=30)
+    output = pipeline.base / "panes"
+    documented = StructType.fromJson(json.loads((output / "_wm_schema.json").read_text()))
+    inferred = spark.read.parquet(str(output))
+    assert documented == inferred.schema  # the run partition an int, as Spark infers it from the folder names
+    assert documented[RUN_PARTITION].dataType == IntegerType()
+    as_long = StructType([*documented.fields[:-1], StructField(RUN_PARTITION, LongType())])
+    write_schema_document(str(output), as_long)
+    read = read_dataset_and_schema(spark, str(output), job_output=True)
+    assert read is not None
+    frame, schema = read
+    assert schema == as_long  # the document's, not inferred again
+    assert sorted(map(tuple, frame.collect())) == sorted(map(tuple, inferred.collect()))
 
 
 # -------------------------------------------------------------------------------- rollups (propagation)
