@@ -129,7 +129,8 @@ def _windowed(document: dict[str, Any]) -> str:
         if "of_first_run" in row
     )
     options = f"`--events {document['events']}`, {document['keys']:,} keys"
-    return _runs(document, options, [f"An incremental run takes, of its first run's time: {shares}."])
+    notes = [f"An incremental run takes, of its first run's time: {shares}."]
+    return _runs(document, options, notes, _short_repeat(document, "first runs", "incremental runs"))
 
 
 def _rollup(document: dict[str, Any]) -> str:
@@ -139,7 +140,15 @@ def _rollup(document: dict[str, Any]) -> str:
         f"The rollup reads {rollup['rows_read']:,} pane rows, not the events; its run takes "
         f"{document['rollup_of_aggregate']:.0%} of the 5-minute aggregate's."
     )
-    return _runs(document, options, [note])
+    return _runs(document, options, [note], _short_repeat(document, "the 5-minute aggregate", "the rollups"))
+
+
+def _short_repeat(document: dict[str, Any], long_runs: str, short_runs: str) -> str | None:
+    """How the figures were taken when the short runs had a repeat of their own (``repeat_short``)."""
+    if "repeat_short" not in document:
+        return None
+    warm = f" after {document['warmup']} untimed calls of each" if document.get("warmup") else ""
+    return f"{long_runs} best of {document['repeat']}, {short_runs} best of {document['repeat_short']}{warm}"
 
 
 def _partitions(document: dict[str, Any]) -> str:

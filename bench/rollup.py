@@ -17,8 +17,9 @@ one classic Spark session (``local[2]`` by default), the jobs in-process (``spar
   run, pane index, a retraction before the pane that replaces it), as any rollup of panes that may be
   re-fired must, then the sum per hour and the write.
 
-Job and floor run alternately, each the best of ``--repeat`` after ``--warmup`` untimed calls of both (a
-warm JVM, as a long-lived Spark Connect server is); the bench prints its seconds, Spark jobs and stages
+Job and floor run alternately, each the best of ``--repeat`` (the 5-minute aggregate) or ``--repeat-short`` (the
+rollups, under a second each) after ``--warmup`` untimed calls of both (a warm JVM, as a long-lived Spark Connect
+server is); the bench prints its seconds, Spark jobs and stages
 (job and floor), the rows each run read (the manifests' ``events_read``: events vs panes), the job's longest Spark
 jobs, checks that the rollup's revenue summed over all hourly panes equals ``sum(amount)`` over all events, writes
 ``bench/results/rollup.json`` (or ``--output``) and ends with ``ratio=<rollup / native rollup>``.
@@ -161,8 +162,8 @@ def main() -> None:
 
         baseline()  # warm the file cache (and the JVM) for all
         aggregate_m, baseline_m = compare(spark, args.repeat, aggregate, baseline)
-        rollup_m, native_m = compare(spark, args.repeat, rollup, native_rollup, warmup=args.warmup)
-        same_job_m, same_m = compare(spark, args.repeat, rollup, native_same_work, warmup=args.warmup)
+        rollup_m, native_m = compare(spark, args.repeat_short, rollup, native_rollup, warmup=args.warmup)
+        same_job_m, same_m = compare(spark, args.repeat_short, rollup, native_same_work, warmup=args.warmup)
 
         pane_rows = manifests["rollup"]["totals"]["events_read"]
         runs = {
@@ -202,6 +203,7 @@ def main() -> None:
             "events": args.events,
             "keys": args.keys,
             "repeat": args.repeat,
+            "repeat_short": args.repeat_short,
             "warmup": args.warmup,
             "runs": runs,
             "rollup_of_aggregate": of_aggregate,

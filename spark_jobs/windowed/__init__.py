@@ -49,7 +49,8 @@ and building a run's plan from a few thousand of them took longer than its Spark
 the partials leave their group-by, ``(keys, window_start)``; the union keeps that partitioning, so the events' and
 the state's shuffles run side by side and the merge runs in the checkpoint's stage. The state's schema and row
 count are stored beside its files (``_wm_schema.json``, which Spark's listing skips), so reading the state starts
-no Spark job (a rollup's live snapshot likewise).
+no Spark job (a rollup's live snapshot likewise). The pane output's schema is stored at its root the same way,
+with the ``wm_run`` partition typed as Spark infers it, so a rollup reads its upstream's panes without a Spark job.
 
 Panes and late events are written to the folder of their ``wm_run=<version>`` partition, replacing it, so a
 retried or re-run task replaces its own rows. The state is written to a new folder per version.
