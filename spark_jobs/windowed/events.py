@@ -43,6 +43,25 @@ def _reason_is(*reasons: str) -> str:
     return f"wm_reason IN ({', '.join(string(r) for r in reasons)})"
 
 
+def _counters_by_reason(rows: str) -> list[str]:
+    """:data:`RUN_ROWS` of a group whose rows share a reason (``wm_reason``, a grouping key), from its ``wm_events``,
+    its rows read (``rows``) and its highest time (``wm_max_t``), SQL text. An invalid time is no event time: only
+    accepted, too-late and invalid-value rows count in the run's highest one."""
+
+    def count_of(*reasons: str) -> str:
+        return f"CASE WHEN {_reason_is(*reasons)} THEN {rows} ELSE 0 END"
+
+    return [
+        "wm_events",
+        f"{rows} AS wm_rows" if rows != "wm_rows" else "wm_rows",
+        f"{count_of(*TOO_LATE_REASONS)} AS wm_too_late",
+        f"{count_of(LateReason.INVALID_EVENT_TIME.value)} AS wm_invalid",
+        f"{count_of(LateReason.INVALID_VALUE.value)} AS wm_invalid_value",
+        f"{count_of(LateReason.INVALID_ARRIVAL.value)} AS wm_invalid_arrival",
+        f"CASE WHEN {ACCEPTED} OR {_reason_is(*TIME_SEEN_REASONS)} THEN wm_max_t END AS wm_max_t",
+    ]
+
+
 def _pushable(raw: str, data_type: Any, since: int | None, until: int) -> str:
     """The arrival range, or an arrival that is null or out of the valid range (rule 0), as comparisons of the
     raw column with literals, which Parquet can push down to skip row groups by their min/max and null-count
@@ -196,7 +215,7 @@ class Events(JobBase):
             return "false"
         return f"NOT ({is_open(last_end, horizon)})"
 
-    def new_partials(self, classified: DataFrame) -> DataFrame:
+    def new_partials(self, classified: DataFrame, by_reason: bool = False) -> DataFrame:
         """Per ``(keys, window_start, window_end)``: partials, events (``wm_events``: the window's pending count),
         rows read (``wm_rows``: a sliding event counts in its first window only), too-late and invalid rows, and
         the highest time.
@@ -204,6 +223,11 @@ class Events(JobBase):
         Too-late and invalid rows are grouped apart from the accepted ones (their window is null, or for
         sessions far before any valid time) so the same scan counts them; their groups have a null window.
         Window arithmetic sits under ``CASE WHEN accepted``: it is never evaluated on an invalid time.
+
+        ``by_reason``: grouped by the row's reason too (as sessions always are), so each group's counters are its
+        row count under its reason, set after the aggregation instead of a conditional count per row. The groups
+        are then hash-partitioned by ``(keys, window_start, wm_reason)``, which a merge with stored windows by
+        ``(keys, window_start)`` would shuffle again: for a run without stored windows.
         """
         window = self.spec.output_window
         if isinstance(window, Session):
@@ -228,30 +252,34 @@ class Events(JobBase):
             # window, wm_k = 0, always is)
             frame = frame.where(f"CASE WHEN {ACCEPTED} THEN {is_open(f'{start} + {size}', self.horizon)} ELSE true END")
         end = str(GLOBAL_END) if isinstance(window, Global) else f"wm_start + {size}"
-        aggregated = frame.groupBy(*self.keys, window_start).agg(
-            *[
-                F.expr(e)
-                for e in (
-                    *self.partial_exprs(),
-                    "count(1) AS wm_events",
-                    f"count(CASE WHEN {first_copy} THEN 1 END) AS wm_rows",
-                    f"count(CASE WHEN {_reason_is(*TOO_LATE_REASONS)} THEN 1 END) AS wm_too_late",
-                    f"count(CASE WHEN {_reason_is(LateReason.INVALID_EVENT_TIME.value)} THEN 1 END) AS wm_invalid",
-                    f"count(CASE WHEN {_reason_is(LateReason.INVALID_VALUE.value)} THEN 1 END) AS wm_invalid_value",
-                    f"count(CASE WHEN {_reason_is(LateReason.INVALID_ARRIVAL.value)} THEN 1 END) AS wm_invalid_arrival",
-                    f"max(CASE WHEN {ACCEPTED} OR {_reason_is(*TIME_SEEN_REASONS)} THEN wm_t END) AS wm_max_t",
-                )
+        rows = f"count(CASE WHEN {first_copy} THEN 1 END) AS wm_rows"
+        if by_reason:
+            grouped = frame.groupBy(*self.keys, window_start, "wm_reason")
+            counters = [*self.partial_exprs(), "count(1) AS wm_events", rows, "max(wm_t) AS wm_max_t"]
+        else:
+            grouped = frame.groupBy(*self.keys, window_start)
+            counters = [
+                *self.partial_exprs(),
+                "count(1) AS wm_events",
+                rows,
+                f"count(CASE WHEN {_reason_is(*TOO_LATE_REASONS)} THEN 1 END) AS wm_too_late",
+                f"count(CASE WHEN {_reason_is(LateReason.INVALID_EVENT_TIME.value)} THEN 1 END) AS wm_invalid",
+                f"count(CASE WHEN {_reason_is(LateReason.INVALID_VALUE.value)} THEN 1 END) AS wm_invalid_value",
+                f"count(CASE WHEN {_reason_is(LateReason.INVALID_ARRIVAL.value)} THEN 1 END) AS wm_invalid_arrival",
+                f"max(CASE WHEN {ACCEPTED} OR {_reason_is(*TIME_SEEN_REASONS)} THEN wm_t END) AS wm_max_t",
             ]
-        )
+        aggregated = grouped.agg(*[F.expr(e) for e in counters])
         # a row has a start only when accepted, so a group with a start is a group of accepted rows: the start is
         # passed on as it is, and the partials stay hash-partitioned by (keys, window_start) (see combine)
-        return aggregated.selectExpr(
+        window_columns = [
             *[ident(k) for k in self.keys],
             "CAST(wm_start AS BIGINT) AS window_start",
             f"CASE WHEN wm_start IS NOT NULL THEN CAST({end} AS BIGINT) END AS window_end",
             *[ident(c) for c in self.partial_columns()],
-            *RUN_ROWS,
-        )
+        ]
+        if by_reason:
+            return aggregated.selectExpr(*window_columns, *_counters_by_reason("wm_rows"))
+        return aggregated.selectExpr(*window_columns, *RUN_ROWS)
 
     def _session_partials(self, classified: DataFrame, window: Session) -> DataFrame:
         """:meth:`new_partials` for sessions: grouped by the row's reason too, so each group's rows share it and
@@ -267,21 +295,10 @@ class Events(JobBase):
             *[F.expr(e) for e in (*self.partial_exprs(), "count(1) AS wm_events", "max(wm_t) AS wm_max_t")]
         )
 
-        def count_of(*reasons: str) -> str:
-            return f"CASE WHEN {_reason_is(*reasons)} THEN wm_events ELSE 0 END"
-
-        # an invalid time is no event time: only accepted, too-late and invalid-value rows count in the run's
-        # highest one
         return aggregated.selectExpr(
             *[ident(k) for k in self.keys],
             f"CASE WHEN {ACCEPTED} THEN CAST(unix_millis(wm_session.start) AS BIGINT) END AS window_start",
             f"CASE WHEN {ACCEPTED} THEN CAST(unix_millis(wm_session.end) AS BIGINT) END AS window_end",
             *[ident(c) for c in self.partial_columns()],
-            "wm_events",
-            "wm_events AS wm_rows",
-            f"{count_of(*TOO_LATE_REASONS)} AS wm_too_late",
-            f"{count_of(LateReason.INVALID_EVENT_TIME.value)} AS wm_invalid",
-            f"{count_of(LateReason.INVALID_VALUE.value)} AS wm_invalid_value",
-            f"{count_of(LateReason.INVALID_ARRIVAL.value)} AS wm_invalid_arrival",
-            f"CASE WHEN {ACCEPTED} OR {_reason_is(*TIME_SEEN_REASONS)} THEN wm_max_t END AS wm_max_t",
+            *_counters_by_reason("wm_events"),
         )

@@ -125,8 +125,8 @@ class Job(Firing):
         windows_count: int | None = None
         if events is not None:
             classified = self.classified(events)
-            partials = self.new_partials(classified)
             state = self.read_state()
+            partials = self.new_partials(classified, by_reason=state is None)
             if state is None:
                 # one row per (keys, window), and rows without a window that count the rows not accepted
                 checkpoint, observed = checkpoint_with_totals(partials, *run_totals())

@@ -255,6 +255,25 @@ def test_a_session_run_counts_each_reason_of_one_key_apart_and_a_too_late_time_r
     assert pipeline.panes() == core_rows(spec, [first, second])
 
 
+@pytest.mark.parametrize("window_kind", ["tumbling", "sliding"])
+def test_a_first_run_counts_each_reason_of_one_key_apart_and_a_sliding_event_once(spark, tmp_path, window_kind):
+    """A run without stored windows groups its rows by reason too (its counters are counts of those groups): one key
+    with an invalid time, two unusable values and three unusable arrivals is counted under each reason, every row
+    read once (a sliding event in its first window only), as core counts them."""
+    spec = AggregationSpec(WINDOWS[window_kind], SUM_V, ("k",), StoreWatermark("s"), early_firing=True)
+    pipeline = Pipeline(spark, tmp_path, spec, schema=DOUBLE_SCHEMA)
+    unusable_arrivals = [("a", t, 1.0, None) for t in (60, 61, 62)]
+    spark.createDataFrame(unusable_arrivals, DOUBLE_SCHEMA).write.parquet(str(tmp_path / "events"))
+    rows = [("a", 12, 1.0), ("a", 14, 2.0), ("a", None, 1.0), ("a", 13, NAN), ("a", 31, INF)]
+    expected = run(spec, AggregationState(), [Event(t, (k,), {"v": v}) for k, t, v in rows], 20)
+    totals = pipeline.run(rows, source=20)["totals"]
+    counted = (totals["events_read"], totals["events_aggregated"], totals["invalid_event_time"])
+    assert counted == (5, 2, 1)
+    assert (totals["invalid_value"], totals["invalid_arrival"], totals["too_late"]) == (2, 3, 0)
+    assert Counter(str(why) for _, why in expected.late) == {"INVALID_EVENT_TIME": 1, "INVALID_VALUE": 2}
+    assert pipeline.panes() == core_rows(spec, [expected])
+
+
 def test_invalid_times_are_quarantined_with_their_columns_and_counted(spark, tmp_path):
     spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=BoundedOutOfOrderness(0))
     pipeline = Pipeline(spark, tmp_path, spec)
