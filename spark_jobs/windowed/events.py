@@ -270,7 +270,8 @@ class Events(JobBase):
             ]
         aggregated = grouped.agg(*[F.expr(e) for e in counters])
         # a row has a start only when accepted, so a group with a start is a group of accepted rows: the start is
-        # passed on as it is, and the partials stay hash-partitioned by (keys, window_start) (see combine)
+        # passed on as it is, and (not by reason) the partials stay hash-partitioned by (keys, window_start) for
+        # the merge (see combine)
         window_columns = [
             *[ident(k) for k in self.keys],
             "CAST(wm_start AS BIGINT) AS window_start",
