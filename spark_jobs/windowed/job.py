@@ -354,8 +354,8 @@ class Job(Firing):
 
     def _document_output(self, schema: StructType) -> None:
         """Beside the pane output: its schema and the run partition's type as Spark infers it from the folder names
-        (an int while the versions fit one), so a rollup reads the panes without a Spark job to infer it
-        (:func:`~spark_jobs.common.read_dataset_and_schema`)."""
+        by default (an int while the versions fit one), so a rollup reads the panes without a Spark job to infer it
+        (:func:`~spark_jobs.common.read_dataset_and_schema`), whatever the session's partition type inference."""
         partition = IntegerType() if self.version < 2**31 else LongType()
         write_schema_document(self.request.output, StructType([*schema.fields, StructField(RUN_PARTITION, partition)]))
 
