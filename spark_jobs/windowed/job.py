@@ -53,8 +53,8 @@ class Job(Firing):
 
     def run_rollup(self, started: float) -> WindowedManifest:
         """A rollup's run: its watermark is its upstream's stream (a ``StoreWatermark``, validated by the spec),
-        known before any pane row is read. :meth:`Rollup.live_panes` (one shuffle: the partials per target window
-        and the live panes of the windows still open) is materialised once with the run's totals
+        known before any pane row is read. :meth:`Rollup.live_panes` (the partials per target window and the live
+        panes of the windows still open) is materialised once with the run's totals
         (:meth:`Rollup.roll`); the live snapshot, the panes and the state are projections of it, written together
         (:meth:`write_windows`). The late rows are read again only when there are some."""
         request = self.request

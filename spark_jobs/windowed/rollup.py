@@ -3,6 +3,7 @@ live pane of each upstream window, and recomputes the partials of the windows th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -20,6 +21,8 @@ from spark_jobs.common import read_dataset_and_schema, read_written
 from spark_jobs.sql_text import case, ident, number, string
 from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
 from spark_jobs.windowed.events import Events
+
+log = logging.getLogger(__name__)
 
 
 class LiveSnapshot(NamedTuple):
@@ -99,10 +102,15 @@ class Rollup(Events):
         return case(*[(condition, "false") for condition in invalid], otherwise="true")
 
     def live_panes(
-        self, classified: DataFrame | None, live: DataFrame | None, horizon: int | None, packed: bool = True
+        self,
+        classified: DataFrame | None,
+        live: DataFrame | None,
+        horizon: int | None,
+        packed: bool = True,
+        combine: bool = True,
     ) -> DataFrame | None:
-        """The run's target windows and the live panes after it, from one shuffle of the pane rows (``None``: no
-        pane rows and no live panes); ``horizon`` is ``W - L`` of the run.
+        """The run's target windows and the live panes after it (``None``: no pane rows and no live panes);
+        ``horizon`` is ``W - L`` of the run.
 
         Each upstream window's live pane is the row of highest :func:`pane_rank` (a row read now beats a stored
         live pane of the same rank); its values count when it was accepted (``wm_reason`` null) and is no
@@ -114,13 +122,17 @@ class Rollup(Events):
         that got accepted rows never see a too-late row. Live rows (``wm_live`` true, :meth:`live_after`): the
         live panes of the target windows still open at ``horizon``, as the live snapshot stores them.
 
-        The rows are hash-partitioned by ``(keys, wm_ts)`` once, and both group-bys run in the partitions of that
-        exchange: per upstream window (:meth:`_upstream_windows`), then per target window. That second group-by
+        The rows picked are hash-partitioned by ``(keys, wm_ts)`` once, and both group-bys run in the partitions of
+        that exchange: per upstream window (:meth:`_upstream_windows`), then per target window. That second group-by
         gives the live rows too, so the pane rows are shuffled, read and picked once: an upstream window whose
         live pane lies in an open target window comes twice out of an ``explode`` (``wm_live_row``), the second
         time in a group of its own. Worked example: the 5-minute pane ``[0, 5m)`` of key ``a``, EARLY (index 0)
         in a previous run and ON_TIME (index 1) now, gives the window row ``[0, 1h)`` of ``a`` with its values
         (``wm_events`` 1) and, while ``[0, 1h)`` is open, the live row of the ON_TIME pane.
+
+        ``combine``: the rows of the target windows :meth:`combine_route` leaves to :meth:`combined_windows` are
+        aggregated there, per target window and without the pick (partially before their shuffle); the others are
+        picked as above, and the two sets of window rows unioned.
 
         ``packed``: the rank as one long (each group-by is a hash aggregate); the job falls back to a struct
         (``packed=False``, a sort-based aggregate) when a rank does not fit (``wm_inexact`` rows, never for the
@@ -164,7 +176,14 @@ class Rollup(Events):
             "*",
             f"CASE WHEN {valid} THEN {target_start} END AS wm_ts",
             f"CASE WHEN {valid} THEN {target_end} END AS wm_te",
-        ).repartition(*self.keys, "wm_ts")
+        )
+        combined = None
+        route = self.combine_route(horizon) if combine and classified is not None and live is None else None
+        if route is not None:
+            picked, slots = route
+            combined = self.combined_windows(candidates.where(f"NOT ({picked})"), values, *slots)
+            candidates = candidates.where(picked)
+        candidates = candidates.repartition(*self.keys, "wm_ts")
         rank = pane_rank("upstream_run", "pane_index", "retraction", "wm_read IS NOT NULL", packed)
         panes = self._upstream_windows(candidates, rank, values)
         # every upstream window counts in its target window's row; the live pane of an open one is a live row too
@@ -194,13 +213,103 @@ class Rollup(Events):
             *[f"first(CASE WHEN wm_live_row THEN {ident(c)} END) AS {ident(c)}" for c in carried],
         )
         # not the windows of stored live panes only, unless one's rank does not fit: its count starts the rerun
-        return grouped.where("wm_live_row OR wm_rows > 0 OR wm_inexact > 0").selectExpr(
+        picked_rows = grouped.where("wm_live_row OR wm_rows > 0 OR wm_inexact > 0").selectExpr(
             *keys,
             "CASE WHEN NOT wm_live_row THEN wm_ts END AS wm_ts",
             "CASE WHEN NOT wm_live_row THEN wm_te END AS wm_te",
             *[f"CASE WHEN NOT wm_live_row THEN {ident(c)} END AS {ident(_WINDOW + c)}" for c in self._window_columns()],
             *[ident(c) for c in ("window_start", "window_end", *LIVE_META, *values)],
             "CASE WHEN wm_live_row THEN true END AS wm_live",
+            f"CAST(NULL AS BIGINT) AS {_WINDOW}wm_collided",  # picked: nothing to collide
+        )
+        # the columns a combined window has no value for (its live panes', wm_live) are null
+        return picked_rows if combined is None else picked_rows.unionByName(combined, allowMissingColumns=True)
+
+    def combine_route(self, horizon: int | None) -> tuple[str, tuple[int, int]] | None:
+        """Which pane rows of a run with no live panes stored before it go through the pick, as SQL text (the
+        others are :meth:`combined_windows`'), and the slots of a target window (their width and count); ``None``
+        when all do.
+
+        :meth:`combined_windows` takes the rows of the target windows closed at the run's horizon ``W - L``: their
+        live panes are complete, and none is kept after the run. It takes none in a run after a watermark (the
+        rows it reads then are those of the windows open before it, whose live panes are stored, or too late), nor
+        from an upstream that retracts (a pane and its retraction come in the same run) or whose windows have no
+        slot (global). Worked example: the first run of an hourly rollup of 5-minute panes at ``W - L`` = 10:30
+        combines the rows of the hours up to ``[09:00, 10:00)`` (12 slots of 5 minutes each) and picks those of
+        the hour ``[10:00, 11:00)``."""
+        assert self.spec.upstream is not None
+        upstream = self.spec.upstream
+        if (
+            horizon is None
+            or self.horizon is not None
+            or upstream.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
+        ):
+            return None
+        if isinstance(upstream.window, Tumbling):
+            width = upstream.window.size_ms
+        elif isinstance(upstream.window, Sliding):
+            width = upstream.window.slide_ms
+        else:
+            return None
+        window = self.spec.window
+        assert window is None or isinstance(window, Tumbling)  # validated by the spec
+        slots = 1 if window is None else -(-window.size_ms // width)
+        if slots > 64 * _SLOT_MASKS:
+            return None
+        return f"coalesce({is_open('wm_te', horizon)}, false)", (width, slots)
+
+    def combined_windows(self, rows: DataFrame, values: list[str], width: int, slots: int) -> DataFrame:
+        """The window rows (as :meth:`live_panes` gives them) of ``rows``, aggregated per target window without
+        picking each upstream window's live pane: each row is taken as its upstream window's live pane, which it is
+        when no other row of that window was read. ``wm_collided`` counts the accepted rows that break this (one
+        slot of the target window read twice: the slot of an upstream window is ``(window_start - wm_ts) div
+        width``, of ``slots``), and the job then rolls the run up again through the pick (:meth:`roll`).
+
+        Worked example: the accepted 5-minute panes ``[0, 5m)`` and ``[5m, 10m)`` of key ``a`` set slots 0 and 1
+        of the hour ``[0, 1h)``: two rows, two bits, ``wm_collided`` 0. An EARLY and an ON_TIME pane of ``[0, 5m)``
+        would set slot 0 twice: two rows, one bit, ``wm_collided`` 1."""
+        keys = [ident(k) for k in self.keys]
+        slot = f"(window_start - wm_ts) DIV {width}"
+        if slots <= 64:
+            masks = [f"shiftleft(1L, CAST({slot} AS INT))"]
+        else:
+            masks = [
+                f"CASE WHEN {slot} DIV 64 = {i} THEN shiftleft(1L, CAST({slot} % 64 AS INT)) END"
+                for i in range(-(-slots // 64))
+            ]
+        # a target window's rows share its reason: grouped by it too, each counter is the group's row count
+        per_row = rows.selectExpr(
+            *keys,
+            "wm_ts",
+            "wm_te",
+            "wm_reason",
+            "window_end",
+            *[f"CASE WHEN NOT retraction THEN {ident(v)} END AS {ident(v)}" for v in values],
+            "NOT retraction AS wm_live",
+            *[f"{mask} AS wm_slots_{i}" for i, mask in enumerate(masks)],  # null for an invalid window
+        )
+        grouped = _aggregate(
+            per_row.groupBy(*self.keys, "wm_ts", "wm_te", "wm_reason"),
+            *self.partial_exprs("wm_live"),
+            "count(1) AS wm_rows",
+            "max(window_end) AS wm_end",
+            *[f"bit_or(wm_slots_{i}) AS wm_slots_{i}" for i in range(len(masks))],
+        )
+        distinct = " + ".join(f"coalesce(bit_count(wm_slots_{i}), 0)" for i in range(len(masks)))
+        return grouped.selectExpr(
+            *keys,
+            "wm_ts",
+            "wm_te",
+            *[f"{ident(c)} AS {ident(_WINDOW + c)}" for c in self.partial_columns()],
+            f"CASE WHEN wm_reason IS NULL THEN wm_rows END AS {_WINDOW}wm_events",
+            f"wm_rows AS {_WINDOW}wm_rows",
+            *[
+                f"CASE WHEN wm_reason = {string(r.value)} THEN wm_rows END AS {ident(_WINDOW + r.value)}"
+                for r in ROLLUP_LATE_REASONS
+            ],
+            f"CASE WHEN wm_ts IS NOT NULL THEN wm_end - 1 END AS {_WINDOW}wm_max_t",
+            f"0L AS {_WINDOW}wm_inexact",  # no rank: nothing to pack
+            f"CASE WHEN wm_reason IS NULL THEN wm_rows - ({distinct}) ELSE 0 END AS {_WINDOW}wm_collided",
         )
 
     def _upstream_windows(self, candidates: DataFrame, rank: str, values: list[str]) -> DataFrame:
@@ -246,22 +355,32 @@ class Rollup(Events):
     ) -> tuple[DataFrame, Row] | None:
         """:meth:`live_panes` materialised once (``localCheckpoint``: the live snapshot, the panes and the state
         are projections of it) and the run's totals (:meth:`rollup_totals`); ``None`` when there is nothing to
-        roll up. A run with a rank that does not fit a long starts over with the struct rank."""
-        packed = True
+        roll up. A run that read an upstream window twice in a combined target window starts over with every row
+        through the pick (:meth:`combined_windows`), and one with a rank that does not fit a long with the struct
+        rank."""
+        packed, combine = True, True
         while True:
-            planned = self.live_panes(classified, live, horizon, packed)
+            planned = self.live_panes(classified, live, horizon, packed, combine)
             if planned is None:
                 return None
             rolled, totals = checkpoint_with_totals(planned, *self.rollup_totals())
-            if not totals["inexact"] or not packed:  # a struct rank always fits
+            if totals["collided"]:
+                log.info("%s: %d pane rows repeat an upstream window of a combined target window: rolling up again "
+                         "through the pick", self.run_id, totals["collided"])  # fmt: skip
+                combine = False
+            elif totals["inexact"] and packed:  # a struct rank always fits
+                packed = False
+            else:
+                log.info("%s: %d pane rows combined per target window, %d through the pick", self.run_id,
+                         totals["combined"], totals["rows"] - totals["combined"])  # fmt: skip
                 return rolled, totals
-            packed = False
 
     def rollup_totals(self) -> list[Column]:
         """The run's totals from :meth:`live_panes`: ``rows`` read, one count per reason of
-        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), the rows
-        ``checkpointed`` (target windows and live panes), the ``live`` panes and the ``fresh`` windows (those that got
-        accepted pane rows: :meth:`fresh_windows`)."""
+        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), ``collided`` and
+        ``combined`` (the rows that repeat an upstream window, and all the rows, of the windows of
+        :meth:`combined_windows`), the rows ``checkpointed`` (target windows and live panes), the ``live`` panes
+        and the ``fresh`` windows (those that got accepted pane rows: :meth:`fresh_windows`)."""
         return [
             F.expr(total)
             for total in (
@@ -269,6 +388,8 @@ class Rollup(Events):
                 *[f"sum({ident(_WINDOW + r.value)}) AS {ident(r.value)}" for r in ROLLUP_LATE_REASONS],
                 f"max({_WINDOW}wm_max_t) AS max_t",  # null on invalid windows
                 f"coalesce(sum({_WINDOW}wm_inexact), 0) AS inexact",
+                f"coalesce(sum({_WINDOW}wm_collided), 0) AS collided",
+                f"coalesce(sum(CASE WHEN {_WINDOW}wm_collided IS NOT NULL THEN {_WINDOW}wm_rows END), 0) AS combined",
                 "count(1) AS checkpointed",
                 "count(CASE WHEN wm_live THEN 1 END) AS live",
                 f"count(CASE WHEN {_WINDOW}wm_events > 0 THEN 1 END) AS fresh",
@@ -316,6 +437,9 @@ def _aggregate(grouped: GroupedData, *expressions: str) -> DataFrame:
     return grouped.agg(*[F.expr(e) for e in expressions])
 
 
+_SLOT_MASKS = 4
+"""A combined target window has at most ``64 *`` this many slots (a long of bits each): 256, an hour of 15 seconds or
+a week of 40 minutes; a rollup of finer upstream windows picks every row."""
 _RANK_LIMIT = 2**30
 """A packed rank holds a run in ``[-2**30, 2**30)`` and a pane index in ``[0, 2**30)``: 63 bits with the flags."""
 ROLLUP_LATE_REASONS = (LateReason.INVALID_WINDOW, LateReason.TOO_LATE)

@@ -4,9 +4,11 @@ pick the pane ``core.windowing`` picks."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from airflow_provider_wm.core.windowing import (
@@ -122,3 +124,99 @@ def test_a_stored_live_pane_whose_rank_does_not_fit_survives_runs_that_read_othe
         rollup.roll(5)
     assert rollup.panes() == core_rows(spec, results)
     assert (4, 2) in [p[3] for p in rollup.panes()]  # [0, 20) fired with both upstream windows
+
+
+def roll_once(spark, base: Path, spec: AggregationSpec, versions: list[list[tuple[Any, ...]]], source: int):
+    """The first run of a rollup over the upstream ``versions`` (:data:`PANE_SCHEMA` rows each), at the watermark
+    ``source``; the rollup and what ``core.windowing`` rolls up of the same rows."""
+    upstream = Pipeline(spark, base / "up", spec)
+    rollup = Rollup(spark, base / "rollup", spec, upstream)
+    panes = []
+    for version, rows in enumerate(versions, start=1):
+        write_upstream(spark, upstream, version, rows)
+        panes += [
+            UpstreamPane((k,), None if start is None else Window(start, end), {"s": s}, index, retraction, version)
+            for start, end, k, s, _, index, retraction in rows
+        ]
+    rollup.roll(source)
+    return rollup, run_on_panes(spec, AggregationState(), panes, source)
+
+
+def rollup_log(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "spark_jobs.windowed.rollup"]
+
+
+def test_a_first_run_combines_the_closed_target_windows_picks_the_open_one_and_the_next_run_reads_its_live_panes(
+    spark, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="spark_jobs.windowed.rollup")
+    spec = AggregationSpec(
+        Tumbling(30), (Aggregate("s", "sum", "s"), Aggregate("panes", "count")), ("k",), StoreWatermark("up"),
+        early_firing=True, upstream=UpstreamPanes("up", Tumbling(10), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    first = [
+        (start, start + 10, k, s, "ON_TIME", 0, False)
+        for k, s in (("a", 1), ("b", 100))
+        for start in (0, 10, 20, 30)  # [0, 30) closes at 35, [30, 60) stays open
+    ]
+    first.append((None, 10, "a", 7, "ON_TIME", 0, False))  # no window: quarantined, counted with the combined
+    second = [(40, 50, "a", 2, "ON_TIME", 0, False), (30, 40, "b", 300, "LATE", 1, False)]
+    rollup, expected = roll_once(spark, tmp_path, spec, [first], 35)
+    assert rollup_log(caplog) == ["run-1: 7 pane rows combined per target window, 2 through the pick"]
+    write_upstream(spark, rollup.upstream, 2, second)
+    rollup.roll(65)
+    panes = [UpstreamPane((k,), Window(start, end), {"s": s}, index, retraction, 2)
+             for start, end, k, s, _, index, retraction in second]  # fmt: skip
+    results = [expected, run_on_panes(spec, expected.state, panes, 65)]
+    assert rollup.panes() == core_rows(spec, results)
+    # [30, 60) on time: of a, the live pane [30, 40) the first run stored and [40, 50); of b, [30, 40) replaced
+    on_time = [(p[0], p[3]) for p in rollup.panes() if p[1] == 30 and p[4] == "ON_TIME"]
+    assert on_time == [(("a",), (3, 2)), (("b",), (300, 1))]
+    assert rollup_log(caplog)[1] == "run-2: 0 pane rows combined per target window, 2 through the pick"
+
+
+@pytest.mark.parametrize("upstream_mode", [Accumulation.ACCUMULATING, Accumulation.DISCARDING])
+def test_a_first_run_that_reads_an_upstream_window_twice_rolls_up_again_through_the_pick(
+    spark, tmp_path, caplog, upstream_mode
+):
+    caplog.set_level(logging.INFO, logger="spark_jobs.windowed.rollup")
+    spec = AggregationSpec(
+        Tumbling(30), (Aggregate("s", "sum", "s"), Aggregate("panes", "count")), ("k",), StoreWatermark("up"),
+        early_firing=True, upstream=UpstreamPanes("up", Tumbling(10), upstream_mode),
+    )  # fmt: skip
+    versions = [
+        [(0, 10, "a", 1, "EARLY", 0, False), (10, 20, "a", 2, "ON_TIME", 0, False)],
+        [(0, 10, "a", 5, "ON_TIME", 1, False)],  # [0, 10) again: the pick decides which pane counts
+    ]
+    rollup, expected = roll_once(spark, tmp_path, spec, versions, 40)
+    assert rollup.panes() == core_rows(spec, [expected])
+    # accumulating: the ON_TIME pane replaces the EARLY one; discarding: each pane holds new rows
+    counted = {Accumulation.ACCUMULATING: (7, 2), Accumulation.DISCARDING: (8, 3)}[upstream_mode]
+    assert [p[3] for p in rollup.panes()] == [counted]
+    assert rollup_log(caplog) == [
+        "run-1: 1 pane rows repeat an upstream window of a combined target window: rolling up again through the pick",
+        "run-1: 0 pane rows combined per target window, 3 through the pick",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("second", "combined"),
+    [
+        ((70, 71), 3),  # slot 70 of 100: the same bit of the second long as slot 6 of the first
+        ((6, 7), 0),  # slot 6 again: read twice
+    ],
+)
+def test_slots_beyond_64_tell_two_upstream_windows_from_one_read_twice(spark, tmp_path, caplog, second, combined):
+    caplog.set_level(logging.INFO, logger="spark_jobs.windowed.rollup")
+    spec = AggregationSpec(
+        Tumbling(100), (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"), early_firing=True,
+        upstream=UpstreamPanes("up", Tumbling(1), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    versions = [[(6, 7, "a", 1, "EARLY", 0, False), (50, 51, "a", 2, "ON_TIME", 0, False)],
+                [(*second, "a", 4, "ON_TIME", 1, False)]]  # fmt: skip
+    rollup, expected = roll_once(spark, tmp_path, spec, versions, 100)
+    assert rollup.panes() == core_rows(spec, [expected])
+    assert (
+        rollup_log(caplog)[-1]
+        == f"run-1: {combined} pane rows combined per target window, {3 - combined} through the pick"
+    )
