@@ -17,7 +17,7 @@ from airflow_provider_wm.core.windowing import (
     LateReason,
 )
 from airflow_provider_wm.core.windows import Sliding, Tumbling
-from spark_jobs.common import read_dataset_and_schema, read_written
+from spark_jobs.common import read_dataset_and_schema, read_schema_document, read_written
 from spark_jobs.sql_text import case, ident, number, string
 from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
 from spark_jobs.windowed.events import Events
@@ -69,9 +69,12 @@ class Rollup(Events):
         return [c for c in columns if c not in (*OUTPUT_COLUMNS, RUN_PARTITION, *self.keys)]
 
     def read_live(self) -> DataFrame | None:
-        """The live panes stored by the previous run (``live_in``), or ``None``."""
+        """The live panes stored by the previous run (``live_in``), or ``None`` (none stored: its snapshot's
+        document counts none)."""
         live_in = self.request.live_in
-        return read_written(self.spark, live_in) if live_in else None
+        if not live_in or (read_schema_document(live_in) or {}).get("rows") == 0:
+            return None
+        return read_written(self.spark, live_in)
 
     def classify_panes(self, panes: DataFrame) -> DataFrame:
         """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (not
@@ -107,7 +110,7 @@ class Rollup(Events):
         live: DataFrame | None,
         horizon: int | None,
         packed: bool = True,
-        combine: bool = True,
+        slots: tuple[int, int] | None = None,
     ) -> DataFrame | None:
         """The run's target windows and the live panes after it (``None``: no pane rows and no live panes);
         ``horizon`` is ``W - L`` of the run.
@@ -122,17 +125,19 @@ class Rollup(Events):
         that got accepted rows never see a too-late row. Live rows (``wm_live`` true, :meth:`live_after`): the
         live panes of the target windows still open at ``horizon``, as the live snapshot stores them.
 
-        The rows picked are hash-partitioned by ``(keys, wm_ts)`` once, and both group-bys run in the partitions of
-        that exchange: per upstream window (:meth:`_upstream_windows`), then per target window. That second group-by
+        The rows are hash-partitioned by ``(keys, wm_ts)`` once, and both group-bys run in the partitions of that
+        exchange: per upstream window (:meth:`_upstream_windows`), then per target window. That second group-by
         gives the live rows too, so the pane rows are shuffled, read and picked once: an upstream window whose
         live pane lies in an open target window comes twice out of an ``explode`` (``wm_live_row``), the second
         time in a group of its own. Worked example: the 5-minute pane ``[0, 5m)`` of key ``a``, EARLY (index 0)
         in a previous run and ON_TIME (index 1) now, gives the window row ``[0, 1h)`` of ``a`` with its values
         (``wm_events`` 1) and, while ``[0, 1h)`` is open, the live row of the ON_TIME pane.
 
-        ``combine``: the rows of the target windows :meth:`combine_route` leaves to :meth:`combined_windows` are
-        aggregated there, per target window and without the pick (partially before their shuffle); the others are
-        picked as above, and the two sets of window rows unioned.
+        ``slots`` (:meth:`combine_slots`, for a run with no live panes stored before it): each row read is taken
+        as its upstream window's live pane, with no pick and no shuffle of the pane rows. The window rows are
+        :meth:`combined_windows` (aggregated per target window, partially before their shuffle) and the live rows
+        the accepted rows of the open target windows that are no retraction, as read. :meth:`roll` starts over with
+        the pick when an upstream window was read twice.
 
         ``packed``: the rank as one long (each group-by is a hash aggregate); the job falls back to a struct
         (``packed=False``, a sort-based aggregate) when a rank does not fit (``wm_inexact`` rows, never for the
@@ -177,12 +182,15 @@ class Rollup(Events):
             f"CASE WHEN {valid} THEN {target_start} END AS wm_ts",
             f"CASE WHEN {valid} THEN {target_end} END AS wm_te",
         )
-        combined = None
-        route = self.combine_route(horizon) if combine and classified is not None and live is None else None
-        if route is not None:
-            picked, slots = route
-            combined = self.combined_windows(candidates.where(f"NOT ({picked})"), values, *slots)
-            candidates = candidates.where(picked)
+        if slots is not None and classified is not None and live is None:
+            # each row is its upstream window's live pane, unless the slots say otherwise (then roll() starts over)
+            live_rows = candidates.where(f"wm_reason IS NULL AND NOT retraction AND {is_open('wm_te', horizon)}")
+            return self.combined_windows(candidates, values, *slots).unionByName(
+                live_rows.selectExpr(
+                    *keys, "window_start", "window_end", *LIVE_META, *[ident(v) for v in values], "true AS wm_live"
+                ),
+                allowMissingColumns=True,  # a window row has no live pane's columns, a live row no window's
+            )
         candidates = candidates.repartition(*self.keys, "wm_ts")
         rank = pane_rank("upstream_run", "pane_index", "retraction", "wm_read IS NOT NULL", packed)
         panes = self._upstream_windows(candidates, rank, values)
@@ -213,7 +221,7 @@ class Rollup(Events):
             *[f"first(CASE WHEN wm_live_row THEN {ident(c)} END) AS {ident(c)}" for c in carried],
         )
         # not the windows of stored live panes only, unless one's rank does not fit: its count starts the rerun
-        picked_rows = grouped.where("wm_live_row OR wm_rows > 0 OR wm_inexact > 0").selectExpr(
+        return grouped.where("wm_live_row OR wm_rows > 0 OR wm_inexact > 0").selectExpr(
             *keys,
             "CASE WHEN NOT wm_live_row THEN wm_ts END AS wm_ts",
             "CASE WHEN NOT wm_live_row THEN wm_te END AS wm_te",
@@ -222,28 +230,17 @@ class Rollup(Events):
             "CASE WHEN wm_live_row THEN true END AS wm_live",
             f"CAST(NULL AS BIGINT) AS {_WINDOW}wm_collided",  # picked: nothing to collide
         )
-        # the columns a combined window has no value for (its live panes', wm_live) are null
-        return picked_rows if combined is None else picked_rows.unionByName(combined, allowMissingColumns=True)
 
-    def combine_route(self, horizon: int | None) -> tuple[str, tuple[int, int]] | None:
-        """Which pane rows of a run with no live panes stored before it go through the pick, as SQL text (the
-        others are :meth:`combined_windows`'), and the slots of a target window (their width and count); ``None``
-        when all do.
+    def combine_slots(self) -> tuple[int, int] | None:
+        """The slots of a target window for :meth:`combined_windows` (their width and count), or ``None`` when it
+        cannot tell the upstream windows of a target window apart: an upstream that retracts (it writes a pane and
+        its retraction in one run), a global upstream window, more than ``64 *`` :data:`_SLOT_MASKS` slots.
 
-        :meth:`combined_windows` takes the rows of the target windows closed at the run's horizon ``W - L``: their
-        live panes are complete, and none is kept after the run. It takes none in a run after a watermark (the
-        rows it reads then are those of the windows open before it, whose live panes are stored, or too late), nor
-        from an upstream that retracts (a pane and its retraction come in the same run) or whose windows have no
-        slot (global). Worked example: the first run of an hourly rollup of 5-minute panes at ``W - L`` = 10:30
-        combines the rows of the hours up to ``[09:00, 10:00)`` (12 slots of 5 minutes each) and picks those of
-        the hour ``[10:00, 11:00)``."""
+        Worked example: an hourly rollup of 5-minute panes has 12 slots of 5 minutes; of a sliding upstream of 10
+        minutes every 5, 12 slots of 5 minutes (one per start)."""
         assert self.spec.upstream is not None
         upstream = self.spec.upstream
-        if (
-            horizon is None
-            or self.horizon is not None
-            or upstream.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING
-        ):
+        if upstream.accumulation is Accumulation.ACCUMULATING_AND_RETRACTING:
             return None
         if isinstance(upstream.window, Tumbling):
             width = upstream.window.size_ms
@@ -254,9 +251,7 @@ class Rollup(Events):
         window = self.spec.window
         assert window is None or isinstance(window, Tumbling)  # validated by the spec
         slots = 1 if window is None else -(-window.size_ms // width)
-        if slots > 64 * _SLOT_MASKS:
-            return None
-        return f"coalesce({is_open('wm_te', horizon)}, false)", (width, slots)
+        return None if slots > 64 * _SLOT_MASKS else (width, slots)
 
     def combined_windows(self, rows: DataFrame, values: list[str], width: int, slots: int) -> DataFrame:
         """The window rows (as :meth:`live_panes` gives them) of ``rows``, aggregated per target window without
@@ -355,32 +350,33 @@ class Rollup(Events):
     ) -> tuple[DataFrame, Row] | None:
         """:meth:`live_panes` materialised once (``localCheckpoint``: the live snapshot, the panes and the state
         are projections of it) and the run's totals (:meth:`rollup_totals`); ``None`` when there is nothing to
-        roll up. A run that read an upstream window twice in a combined target window starts over with every row
-        through the pick (:meth:`combined_windows`), and one with a rank that does not fit a long with the struct
-        rank."""
-        packed, combine = True, True
+        roll up. A combined run (:meth:`live_panes`) that read an upstream window twice starts over with the pick
+        (:meth:`combined_windows`), and a run with a rank that does not fit a long with the struct rank."""
+        packed = True
+        slots = self.combine_slots() if classified is not None and live is None else None
         while True:
-            planned = self.live_panes(classified, live, horizon, packed, combine)
+            planned = self.live_panes(classified, live, horizon, packed, slots)
             if planned is None:
                 return None
             rolled, totals = checkpoint_with_totals(planned, *self.rollup_totals())
             if totals["collided"]:
-                log.info("%s: %d pane rows repeat an upstream window of a combined target window: rolling up again "
-                         "through the pick", self.run_id, totals["collided"])  # fmt: skip
-                combine = False
+                log.info("%s: %d pane rows repeat an upstream window: rolling up again through the pick",
+                         self.run_id, totals["collided"])  # fmt: skip
+                slots = None
             elif totals["inexact"] and packed:  # a struct rank always fits
                 packed = False
             else:
-                log.info("%s: %d pane rows combined per target window, %d through the pick", self.run_id,
-                         totals["combined"], totals["rows"] - totals["combined"])  # fmt: skip
+                log.info("%s: %d pane rows rolled up %s", self.run_id, totals["rows"],
+                         "per target window, each its upstream window's live pane" if slots
+                         else "through the pick of each upstream window's live pane")  # fmt: skip
                 return rolled, totals
 
     def rollup_totals(self) -> list[Column]:
         """The run's totals from :meth:`live_panes`: ``rows`` read, one count per reason of
-        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), ``collided`` and
-        ``combined`` (the rows that repeat an upstream window, and all the rows, of the windows of
-        :meth:`combined_windows`), the rows ``checkpointed`` (target windows and live panes), the ``live`` panes
-        and the ``fresh`` windows (those that got accepted pane rows: :meth:`fresh_windows`)."""
+        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), ``collided`` (rows
+        that repeat an upstream window, :meth:`combined_windows`), the rows ``checkpointed`` (target windows and live
+        panes), the ``live`` panes and the ``fresh`` windows (those that got accepted pane rows:
+        :meth:`fresh_windows`)."""
         return [
             F.expr(total)
             for total in (
@@ -389,7 +385,6 @@ class Rollup(Events):
                 f"max({_WINDOW}wm_max_t) AS max_t",  # null on invalid windows
                 f"coalesce(sum({_WINDOW}wm_inexact), 0) AS inexact",
                 f"coalesce(sum({_WINDOW}wm_collided), 0) AS collided",
-                f"coalesce(sum(CASE WHEN {_WINDOW}wm_collided IS NOT NULL THEN {_WINDOW}wm_rows END), 0) AS combined",
                 "count(1) AS checkpointed",
                 "count(CASE WHEN wm_live THEN 1 END) AS live",
                 f"count(CASE WHEN {_WINDOW}wm_events > 0 THEN 1 END) AS fresh",

@@ -162,7 +162,9 @@ def test_a_first_run_combines_the_closed_target_windows_picks_the_open_one_and_t
     first.append((None, 10, "a", 7, "ON_TIME", 0, False))  # no window: quarantined, counted with the combined
     second = [(40, 50, "a", 2, "ON_TIME", 0, False), (30, 40, "b", 300, "LATE", 1, False)]
     rollup, expected = roll_once(spark, tmp_path, spec, [first], 35)
-    assert rollup_log(caplog) == ["run-1: 7 pane rows combined per target window, 2 through the pick"]
+    assert rollup_log(caplog) == [
+        "run-1: 9 pane rows rolled up per target window, each its upstream window's live pane"
+    ]
     write_upstream(spark, rollup.upstream, 2, second)
     rollup.roll(65)
     panes = [UpstreamPane((k,), Window(start, end), {"s": s}, index, retraction, 2)
@@ -172,7 +174,9 @@ def test_a_first_run_combines_the_closed_target_windows_picks_the_open_one_and_t
     # [30, 60) on time: of a, the live pane [30, 40) the first run stored and [40, 50); of b, [30, 40) replaced
     on_time = [(p[0], p[3]) for p in rollup.panes() if p[1] == 30 and p[4] == "ON_TIME"]
     assert on_time == [(("a",), (3, 2)), (("b",), (300, 1))]
-    assert rollup_log(caplog)[1] == "run-2: 0 pane rows combined per target window, 2 through the pick"
+    assert (
+        rollup_log(caplog)[1] == "run-2: 2 pane rows rolled up through the pick of each upstream window's live pane"
+    )  # the live panes stored
 
 
 @pytest.mark.parametrize("upstream_mode", [Accumulation.ACCUMULATING, Accumulation.DISCARDING])
@@ -194,19 +198,25 @@ def test_a_first_run_that_reads_an_upstream_window_twice_rolls_up_again_through_
     counted = {Accumulation.ACCUMULATING: (7, 2), Accumulation.DISCARDING: (8, 3)}[upstream_mode]
     assert [p[3] for p in rollup.panes()] == [counted]
     assert rollup_log(caplog) == [
-        "run-1: 1 pane rows repeat an upstream window of a combined target window: rolling up again through the pick",
-        "run-1: 0 pane rows combined per target window, 3 through the pick",
+        "run-1: 1 pane rows repeat an upstream window: rolling up again through the pick",
+        "run-1: 3 pane rows rolled up through the pick of each upstream window's live pane",
     ]
 
 
 @pytest.mark.parametrize(
-    ("second", "combined"),
+    ("second", "log"),
     [
-        ((70, 71), 3),  # slot 70 of 100: the same bit of the second long as slot 6 of the first
-        ((6, 7), 0),  # slot 6 again: read twice
+        (
+            (70, 71),
+            "pane rows rolled up per target window, each its upstream window's live pane",
+        ),  # slot 70 of 100: the same bit of the second long as slot 6 of the first
+        (
+            (6, 7),
+            "pane rows rolled up through the pick of each upstream window's live pane",
+        ),  # slot 6 again: read twice
     ],
 )
-def test_slots_beyond_64_tell_two_upstream_windows_from_one_read_twice(spark, tmp_path, caplog, second, combined):
+def test_slots_beyond_64_tell_two_upstream_windows_from_one_read_twice(spark, tmp_path, caplog, second, log):
     caplog.set_level(logging.INFO, logger="spark_jobs.windowed.rollup")
     spec = AggregationSpec(
         Tumbling(100), (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"), early_firing=True,
@@ -216,7 +226,28 @@ def test_slots_beyond_64_tell_two_upstream_windows_from_one_read_twice(spark, tm
                 [(*second, "a", 4, "ON_TIME", 1, False)]]  # fmt: skip
     rollup, expected = roll_once(spark, tmp_path, spec, versions, 100)
     assert rollup.panes() == core_rows(spec, [expected])
-    assert (
-        rollup_log(caplog)[-1]
-        == f"run-1: {combined} pane rows combined per target window, {3 - combined} through the pick"
-    )
+    assert rollup_log(caplog)[-1] == f"run-1: 3 {log}"
+
+
+def test_a_run_after_one_that_kept_no_live_panes_rolls_up_per_target_window_too(spark, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="spark_jobs.windowed.rollup")
+    spec = AggregationSpec(
+        Tumbling(30), (Aggregate("s", "sum", "s"), Aggregate("panes", "count")), ("k",), StoreWatermark("up"),
+        upstream=UpstreamPanes("up", Tumbling(10), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    first = [(start, start + 10, "a", start + 1, "ON_TIME", 0, False) for start in (0, 10, 20)]
+    rollup, expected = roll_once(spark, tmp_path, spec, [first], 30)  # closes [0, 30): no live pane kept
+    second = [(start, start + 10, "a", start + 1, "ON_TIME", 0, False) for start in (30, 40, 50)]
+    second.append((0, 10, "a", 100, "LATE", 1, False))  # [0, 30) is purged: too late
+    write_upstream(spark, rollup.upstream, 2, second)
+    manifest = rollup.roll(60)
+    panes = [UpstreamPane((k,), Window(start, end), {"s": s}, index, retraction, 2)
+             for start, end, k, s, _, index, retraction in second]  # fmt: skip
+    result = run_on_panes(spec, expected.state, panes, 60)
+    assert rollup.panes() == core_rows(spec, [expected, result])
+    assert [p[3] for p in rollup.panes()] == [(33, 3), (123, 3)]
+    assert manifest["totals"]["too_late"] == 1
+    assert rollup_log(caplog) == [
+        "run-1: 3 pane rows rolled up per target window, each its upstream window's live pane",
+        "run-2: 4 pane rows rolled up per target window, each its upstream window's live pane",
+    ]
