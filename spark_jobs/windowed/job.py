@@ -55,8 +55,9 @@ class Job(Firing):
         """A rollup's run: its watermark is its upstream's stream (a ``StoreWatermark``, validated by the spec),
         known before any pane row is read. :meth:`Rollup.live_panes` (the partials per target window and the live
         panes of the windows still open) is materialised once with the run's totals
-        (:meth:`Rollup.roll`); the live snapshot, the panes and the state are projections of it, written together
-        (:meth:`write_windows`). The late rows are read again only when there are some."""
+        (:meth:`Rollup.roll`); the panes, the state and the live snapshot are projections of it (the live snapshot
+        of the pane rows, in a run that combined them), written together (:meth:`write_windows`). The late rows are
+        read again only when there are some."""
         request = self.request
         assert isinstance(self.spec.watermark, StoreWatermark), "validated by AggregationSpec"
         watermark = self.watermark(None)  # no pane row moves a store's watermark
@@ -70,8 +71,8 @@ class Job(Firing):
         live: LiveSnapshot | None = None
         size, fresh_count = 0, 0
         if rolled is not None:
-            checkpoint, row = rolled
-            live, size = self.live_after(checkpoint, int(row["live"])), int(row["checkpointed"])
+            checkpoint, row, live = rolled
+            size = int(row["projected"])
             if classified is not None:
                 counts = {r.value: int(row[r.value]) for r in ROLLUP_LATE_REASONS if row[r.value]}
                 counts[None] = int(row["rows"]) - sum(counts.values())

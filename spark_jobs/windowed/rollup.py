@@ -111,9 +111,9 @@ class Rollup(Events):
         horizon: int | None,
         packed: bool = True,
         slots: tuple[int, int] | None = None,
-    ) -> DataFrame | None:
-        """The run's target windows and the live panes after it (``None``: no pane rows and no live panes);
-        ``horizon`` is ``W - L`` of the run.
+    ) -> tuple[DataFrame, LiveSnapshot | None] | None:
+        """The run's target windows and the live panes after it (``None``: no pane rows and no live panes), and a
+        combined run's live panes (below; ``None`` otherwise); ``horizon`` is ``W - L`` of the run.
 
         Each upstream window's live pane is the row of highest :func:`pane_rank` (a row read now beats a stored
         live pane of the same rank); its values count when it was accepted (``wm_reason`` null) and is no
@@ -134,10 +134,11 @@ class Rollup(Events):
         (``wm_events`` 1) and, while ``[0, 1h)`` is open, the live row of the ON_TIME pane.
 
         ``slots`` (:meth:`combine_slots`, for a run with no live panes stored before it): each row read is taken
-        as its upstream window's live pane, with no pick and no shuffle of the pane rows. The window rows are
-        :meth:`combined_windows` (aggregated per target window, partially before their shuffle) and the live rows
-        the accepted rows of the open target windows that are no retraction, as read. :meth:`roll` starts over with
-        the pick when an upstream window was read twice.
+        as its upstream window's live pane, with no pick and no shuffle of the pane rows. The frame holds the
+        window rows only, :meth:`combined_windows` (aggregated per target window, partially before their shuffle),
+        and the live panes are a frame of their own: the accepted rows of the open target windows that are no
+        retraction, as read (its ``rows`` are counted with the window rows, :meth:`rollup_totals`). :meth:`roll`
+        starts over with the pick when an upstream window was read twice.
 
         ``packed``: the rank as one long (each group-by is a hash aggregate); the job falls back to a struct
         (``packed=False``, a sort-based aggregate) when a rank does not fit (``wm_inexact`` rows, never for the
@@ -184,13 +185,10 @@ class Rollup(Events):
         )
         if slots is not None and classified is not None and live is None:
             # each row is its upstream window's live pane, unless the slots say otherwise (then roll() starts over)
-            live_rows = candidates.where(f"wm_reason IS NULL AND NOT retraction AND {is_open('wm_te', horizon)}")
-            return self.combined_windows(candidates, values, *slots).unionByName(
-                live_rows.selectExpr(
-                    *keys, "window_start", "window_end", *LIVE_META, *[ident(v) for v in values], "true AS wm_live"
-                ),
-                allowMissingColumns=True,  # a window row has no live pane's columns, a live row no window's
-            )
+            is_live = f"wm_reason IS NULL AND NOT retraction AND {is_open('wm_te', horizon)}"
+            columns = [*self.keys, "window_start", "window_end", *LIVE_META, *values]
+            live_rows = candidates.where(is_live).selectExpr(*[ident(c) for c in columns])
+            return self.combined_windows(candidates, values, *slots, horizon), LiveSnapshot(live_rows, columns, 0)
         candidates = candidates.repartition(*self.keys, "wm_ts")
         rank = pane_rank("upstream_run", "pane_index", "retraction", "wm_read IS NOT NULL", packed)
         panes = self._upstream_windows(candidates, rank, values)
@@ -221,15 +219,15 @@ class Rollup(Events):
             *[f"first(CASE WHEN wm_live_row THEN {ident(c)} END) AS {ident(c)}" for c in carried],
         )
         # not the windows of stored live panes only, unless one's rank does not fit: its count starts the rerun
-        return grouped.where("wm_live_row OR wm_rows > 0 OR wm_inexact > 0").selectExpr(
+        picked = grouped.where("wm_live_row OR wm_rows > 0 OR wm_inexact > 0").selectExpr(
             *keys,
             "CASE WHEN NOT wm_live_row THEN wm_ts END AS wm_ts",
             "CASE WHEN NOT wm_live_row THEN wm_te END AS wm_te",
             *[f"CASE WHEN NOT wm_live_row THEN {ident(c)} END AS {ident(_WINDOW + c)}" for c in self._window_columns()],
             *[ident(c) for c in ("window_start", "window_end", *LIVE_META, *values)],
             "CASE WHEN wm_live_row THEN true END AS wm_live",
-            f"CAST(NULL AS BIGINT) AS {_WINDOW}wm_collided",  # picked: nothing to collide
         )
+        return picked, None
 
     def combine_slots(self) -> tuple[int, int] | None:
         """The slots of a target window for :meth:`combined_windows` (their width and count), or ``None`` when it
@@ -253,12 +251,16 @@ class Rollup(Events):
         slots = 1 if window is None else -(-window.size_ms // width)
         return None if slots > 64 * _SLOT_MASKS else (width, slots)
 
-    def combined_windows(self, rows: DataFrame, values: list[str], width: int, slots: int) -> DataFrame:
+    def combined_windows(
+        self, rows: DataFrame, values: list[str], width: int, slots: int, horizon: int | None
+    ) -> DataFrame:
         """The window rows (as :meth:`live_panes` gives them) of ``rows``, aggregated per target window without
         picking each upstream window's live pane: each row is taken as its upstream window's live pane, which it is
         when no other row of that window was read. ``wm_collided`` counts the accepted rows that break this (one
         slot of the target window read twice: the slot of an upstream window is ``(window_start - wm_ts) div
         width``, of ``slots``), and the job then rolls the run up again through the pick (:meth:`roll`).
+        ``wm_live_rows`` counts the rows that are live panes after the run (accepted and no retraction, in a window
+        still open at ``horizon``).
 
         Worked example: the accepted 5-minute panes ``[0, 5m)`` and ``[5m, 10m)`` of key ``a`` set slots 0 and 1
         of the hour ``[0, 1h)``: two rows, two bits, ``wm_collided`` 0. An EARLY and an ON_TIME pane of ``[0, 5m)``
@@ -287,6 +289,7 @@ class Rollup(Events):
             per_row.groupBy(*self.keys, "wm_ts", "wm_te", "wm_reason"),
             *self.partial_exprs("wm_live"),
             "count(1) AS wm_rows",
+            "count(CASE WHEN wm_live THEN 1 END) AS wm_kept",
             "max(window_end) AS wm_end",
             *[f"bit_or(wm_slots_{i}) AS wm_slots_{i}" for i in range(len(masks))],
         )
@@ -305,6 +308,8 @@ class Rollup(Events):
             f"CASE WHEN wm_ts IS NOT NULL THEN wm_end - 1 END AS {_WINDOW}wm_max_t",
             f"0L AS {_WINDOW}wm_inexact",  # no rank: nothing to pack
             f"CASE WHEN wm_reason IS NULL THEN wm_rows - ({distinct}) ELSE 0 END AS {_WINDOW}wm_collided",
+            f"CASE WHEN wm_reason IS NULL AND {is_open('wm_te', horizon)} THEN wm_kept ELSE 0 END AS "
+            f"{_WINDOW}wm_live_rows",
         )
 
     def _upstream_windows(self, candidates: DataFrame, rank: str, values: list[str]) -> DataFrame:
@@ -347,36 +352,46 @@ class Rollup(Events):
 
     def roll(
         self, classified: DataFrame | None, live: DataFrame | None, horizon: int | None
-    ) -> tuple[DataFrame, Row] | None:
-        """:meth:`live_panes` materialised once (``localCheckpoint``: the live snapshot, the panes and the state
-        are projections of it) and the run's totals (:meth:`rollup_totals`); ``None`` when there is nothing to
-        roll up. A combined run (:meth:`live_panes`) that read an upstream window twice starts over with the pick
-        (:meth:`combined_windows`), and a run with a rank that does not fit a long with the struct rank."""
+    ) -> tuple[DataFrame, Row, LiveSnapshot] | None:
+        """:meth:`live_panes` materialised once (``localCheckpoint``: the panes and the state are projections of
+        it, and the live snapshot too unless the run combined its rows), the run's totals (:meth:`rollup_totals`)
+        and the live snapshot after the run; ``None`` when there is nothing to roll up. A combined run
+        (:meth:`live_panes`) that read an upstream window twice starts over with the pick (:meth:`combined_windows`),
+        and a run with a rank that does not fit a long with the struct rank."""
         packed = True
         slots = self.combine_slots() if classified is not None and live is None else None
         while True:
             planned = self.live_panes(classified, live, horizon, packed, slots)
             if planned is None:
                 return None
-            rolled, totals = checkpoint_with_totals(planned, *self.rollup_totals())
-            if totals["collided"]:
+            frame, read_live = planned
+            rolled, totals = checkpoint_with_totals(frame, *self.rollup_totals(combined=read_live is not None))
+            if read_live is not None and totals["collided"]:
                 log.info("%s: %d pane rows repeat an upstream window: rolling up again through the pick",
                          self.run_id, totals["collided"])  # fmt: skip
                 slots = None
             elif totals["inexact"] and packed:  # a struct rank always fits
                 packed = False
             else:
-                log.info("%s: %d pane rows rolled up %s", self.run_id, totals["rows"],
-                         "per target window, each its upstream window's live pane" if slots
-                         else "through the pick of each upstream window's live pane")  # fmt: skip
-                return rolled, totals
+                break
+        rows = int(totals["live"])
+        if read_live is None:
+            log.info("%s: %d pane rows rolled up through the pick of each upstream window's live pane", self.run_id,
+                     totals["rows"])  # fmt: skip
+            return rolled, totals, self.live_after(rolled, rows)
+        log.info("%s: %d pane rows rolled up per target window, each its upstream window's live pane", self.run_id,
+                 totals["rows"])  # fmt: skip
+        frame = read_live.frame if rows else read_live.frame.where("false")  # none: a frame that reads nothing
+        return rolled, totals, read_live._replace(frame=frame, rows=rows)
 
-    def rollup_totals(self) -> list[Column]:
-        """The run's totals from :meth:`live_panes`: ``rows`` read, one count per reason of
-        :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not fit), ``collided`` (rows
-        that repeat an upstream window, :meth:`combined_windows`), the rows ``checkpointed`` (target windows and live
-        panes), the ``live`` panes and the ``fresh`` windows (those that got accepted pane rows:
-        :meth:`fresh_windows`)."""
+    def rollup_totals(self, combined: bool) -> list[Column]:
+        """The run's totals from :meth:`live_panes` (a ``combined`` run's or a picked one's): ``rows`` read, one
+        count per reason of :data:`ROLLUP_LATE_REASONS`, ``max_t``, ``inexact`` (rows whose packed rank does not
+        fit), the ``live`` panes after the run, the rows ``projected`` (what the outputs are projected from: the
+        target windows and the live panes), the ``fresh`` windows (those that got accepted pane rows:
+        :meth:`fresh_windows`) and, of a combined run, ``collided`` (rows that repeat an upstream window,
+        :meth:`combined_windows`)."""
+        live = f"coalesce(sum({_WINDOW}wm_live_rows), 0)" if combined else "count(CASE WHEN wm_live THEN 1 END)"
         return [
             F.expr(total)
             for total in (
@@ -384,10 +399,10 @@ class Rollup(Events):
                 *[f"sum({ident(_WINDOW + r.value)}) AS {ident(r.value)}" for r in ROLLUP_LATE_REASONS],
                 f"max({_WINDOW}wm_max_t) AS max_t",  # null on invalid windows
                 f"coalesce(sum({_WINDOW}wm_inexact), 0) AS inexact",
-                f"coalesce(sum({_WINDOW}wm_collided), 0) AS collided",
-                "count(1) AS checkpointed",
-                "count(CASE WHEN wm_live THEN 1 END) AS live",
+                f"{live} AS live",
+                f"count(1) + {live} AS projected" if combined else "count(1) AS projected",
                 f"count(CASE WHEN {_WINDOW}wm_events > 0 THEN 1 END) AS fresh",
+                *([f"coalesce(sum({_WINDOW}wm_collided), 0) AS collided"] if combined else []),
             )
         ]
 
