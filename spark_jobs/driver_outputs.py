@@ -53,13 +53,16 @@ def driver_can_write(*urls: str) -> bool:
 def fetch_tables(projections: Sequence[tuple[DataFrame, Sequence[str]]]) -> list[pa.Table]:
     """The rows of each ``(frame, columns)`` as an Arrow table with those columns, in one Spark action.
 
-    The frames are unioned (each column prefixed with its frame's index, the missing ones null) with
-    :data:`KIND` saying whose row it is, fetched, and split by it. The frames should read one materialised frame
-    (a checkpoint): the union computes each of them. Nested fields of the tables are nullable, as Spark reads
-    Parquet back (a row of another projection holds a null struct whose non-nullable fields would not be)."""
+    Each frame's row goes into the union as one struct of its columns (``o<i>``) beside :data:`KIND`, which says
+    whose row it is; the other frames' structs are null. The union is fetched and split by :data:`KIND`. One struct
+    per frame, not a column per frame and column, keeps the union's plan small: Spark's optimizer works through
+    every column of every branch, the null ones too. The frames should read one materialised frame (a
+    checkpoint): the union computes each of them. Nested fields of the tables are nullable, as Spark reads
+    Parquet back (a null struct's non-nullable fields would not be)."""
     union: DataFrame | None = None
     for index, (frame, columns) in enumerate(projections):
-        part = frame.selectExpr(f"{index} AS {KIND}", *[f"{ident(c)} AS {ident(f'o{index}_{c}')}" for c in columns])
+        fields = ", ".join(ident(c) for c in columns)
+        part = frame.selectExpr(f"{index} AS {KIND}", f"struct({fields}) AS o{index}")
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     if union is None:
         return []
@@ -67,8 +70,8 @@ def fetch_tables(projections: Sequence[tuple[DataFrame, Sequence[str]]]) -> list
     kind = fetched.column(KIND)
     tables = []
     for index, (_, columns) in enumerate(projections):
-        rows = fetched.filter(pc.equal(kind, index))
-        tables.append(rows.select([f"o{index}_{c}" for c in columns]).rename_columns(list(columns)))
+        rows = fetched.filter(pc.equal(kind, index)).column(f"o{index}").combine_chunks()
+        tables.append(pa.Table.from_struct_array(rows).rename_columns(list(columns)))
     return tables
 
 
