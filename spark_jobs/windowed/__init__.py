@@ -45,6 +45,12 @@ one per live pane of a window still open); the live snapshot, the panes and the 
 ``selectExpr``, ``where`` and ``F.expr``: in a classic session a ``Column`` function is a Py4J round trip each,
 and building a run's plan from a few thousand of them took longer than its Spark jobs.
 
+**Cut-offs as data, not code.** Spark writes a literal number into the Java code it generates for a stage and
+compiles each distinct text once, so a run's horizons and watermark, which move with every scheduled run, are
+columns generated from an array (:func:`~spark_jobs.windowed.base.with_cut_offs`), read by the rules as any other
+column: the next run's stages reuse the code compiled for the last one. The arrival range stays a literal, for
+Parquet to skip row groups by (a native read of the same range compiles it as well).
+
 **No shuffle of its own for the merge.** For windows that do not merge, the stored windows are hash-partitioned as
 the partials leave their group-by, ``(keys, window_start)``; the union keeps that partitioning, so the events' and
 the state's shuffles run side by side and the merge runs in the checkpoint's stage. The state's schema and row

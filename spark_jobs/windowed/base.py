@@ -38,10 +38,37 @@ LIVE_META = ("pane_index", "retraction", "upstream_run")
 """Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
 
 
-def is_open(window_end: str, horizon: int | None) -> str:
-    """``core.windowing.is_open``: a window still takes data while it ends after the horizon ``W - L``
-    (SQL text; ``window_end`` an expression)."""
-    return "true" if horizon is None else f"{window_end} > {number(horizon)}"
+HORIZON = "wm_cut_horizon"
+"""The cut-off column of ``W_prev - L``, the horizon of rule 2 for the rows a run reads (:func:`with_cut_offs`)."""
+WATERMARK = "wm_cut_watermark"
+"""The cut-off column of the run's watermark ``W`` (:func:`with_cut_offs`)."""
+NEXT_HORIZON = "wm_cut_next_horizon"
+"""The cut-off column of the run's own horizon ``W - L``: which windows stay open after it (:func:`with_cut_offs`)."""
+
+
+def with_cut_offs(frame: DataFrame, cut_offs: dict[str, int]) -> DataFrame:
+    """``frame`` with a long column per cut-off (:data:`HORIZON`, :data:`WATERMARK`, :data:`NEXT_HORIZON`), the
+    same on every row, generated from a one-element array of one struct (``inline``) rather than written into the
+    expressions that read it.
+
+    Spark writes a literal number into the Java code it generates for a stage, and reuses compiled code only for
+    the same text: a cut-off that moves with every scheduled run made every run compile its stages again (a rollup
+    run compiled eight). An array is a constant the generated code refers to, not text in it, and the optimizer
+    does not fold a generator's output into the expressions above it, so the code stays the same from run to run.
+    (A join with a one-row frame does that too, but its broadcast is a Spark job per query.) The arrival range stays
+    a literal: Parquet skips row groups by it, and a native read of the same range compiles it too.
+
+    Example: ``with_cut_offs(windows, {WATERMARK: 60_000})`` adds ``wm_cut_watermark`` (60000 on every row), and
+    ``f"{WATERMARK} >= window_end"`` is the rule of a complete window."""
+    fields = ", ".join(f"{string(name)}, CAST({number(value)} AS BIGINT)" for name, value in cut_offs.items())
+    return frame.selectExpr("*", f"inline(array(named_struct({fields})))")
+
+
+def is_open(window_end: str, horizon: str | None) -> str:
+    """``core.windowing.is_open``: a window still takes data while it ends after the horizon ``W - L`` (SQL text;
+    ``window_end`` and ``horizon`` expressions, ``horizon`` usually a cut-off column of :func:`with_cut_offs`;
+    ``None``: no watermark yet, every window is open)."""
+    return "true" if horizon is None else f"{window_end} > {horizon}"
 
 
 def unusable_value(columns: Sequence[str]) -> str:

@@ -25,6 +25,7 @@ from spark_jobs.common import read_dataset_and_schema
 from spark_jobs.sql_text import case, ident, invalid_time, number, string, time_ms, timestamp
 from spark_jobs.windowed.base import (
     _SESSION_PARKING_MS,
+    HORIZON,
     INVALID_ARRIVAL_FLAG,
     INVALID_VALUE_FLAG,
     JOB_COLUMNS,
@@ -32,6 +33,7 @@ from spark_jobs.windowed.base import (
     JobBase,
     is_open,
     unusable_value,
+    with_cut_offs,
 )
 
 TIME_SEEN_REASONS = (*TOO_LATE_REASONS, LateReason.INVALID_VALUE.value)
@@ -177,6 +179,7 @@ class Events(JobBase):
         ``wm_t`` ``INVALID_EVENT_TIME`` (``not is_valid_time_ms``: rule 1), then ``INVALID_VALUE`` (NaN or
         infinity in an aggregated column, ``not values_are_usable``: rule 1), then ``TOO_LATE`` (rule 2). The
         first matching condition wins, so later steps only see valid times and finite values of accepted events.
+        With a horizon, the rows carry it as the cut-off column :data:`~spark_jobs.windowed.base.HORIZON`.
         """
         branches = [
             (INVALID_ARRIVAL_FLAG, string(LateReason.INVALID_ARRIVAL.value)),
@@ -187,7 +190,8 @@ class Events(JobBase):
             late_reason = (
                 LateReason.TOO_LATE if self.spec.late_data is LateData.EVENT_TIME else LateReason.WINDOW_CLOSED
             )
-            branches.append((self.too_late("wm_t", self.horizon), string(late_reason.value)))
+            branches.append((self.too_late("wm_t", HORIZON), string(late_reason.value)))
+            events = with_cut_offs(events, {HORIZON: self.horizon})
         return events.selectExpr("*", f"{case(*branches)} AS wm_reason")
 
     @property
@@ -197,14 +201,15 @@ class Events(JobBase):
             return None
         return self.previous_watermark - self.spec.allowed_lateness_ms
 
-    def too_late(self, t: str, horizon: int) -> str:
-        """``core.windowing.too_late_reason`` for a valid time ``t``. ``EVENT_TIME``: ``t < H``. ``WINDOW_END``:
+    def too_late(self, t: str, horizon: str) -> str:
+        """``core.windowing.too_late_reason`` for a valid time ``t`` and a horizon ``H`` (SQL text, as ``t``).
+        ``EVENT_TIME``: ``t < H``. ``WINDOW_END``:
         the event's last window (the one that ends latest) has closed, ``end <= H``, so all of them have; for a
         session, the event's own window ``[t, t + gap)`` before merging (``core.windowing.LateData``), which is
         Spark Structured Streaming's filter on a row's ``session_window`` ahead of the merge."""
         window = self.spec.output_window
         if self.spec.late_data is LateData.EVENT_TIME:
-            return f"{t} < {number(horizon)}"
+            return f"{t} < {horizon}"
         if isinstance(window, Tumbling):
             last_end = f"{t} - pmod({t} - {number(window.offset_ms)}, {window.size_ms}) + {window.size_ms}"
         elif isinstance(window, Sliding):
@@ -250,7 +255,7 @@ class Events(JobBase):
         if isinstance(window, Sliding) and self.spec.late_data is LateData.WINDOW_END and self.horizon is not None:
             # core.windowing.is_open: an accepted event counts only in its windows that have not closed (its last
             # window, wm_k = 0, always is)
-            frame = frame.where(f"CASE WHEN {ACCEPTED} THEN {is_open(f'{start} + {size}', self.horizon)} ELSE true END")
+            frame = frame.where(f"CASE WHEN {ACCEPTED} THEN {is_open(f'{start} + {size}', HORIZON)} ELSE true END")
         end = str(GLOBAL_END) if isinstance(window, Global) else f"wm_start + {size}"
         rows = f"count(CASE WHEN {first_copy} THEN 1 END) AS wm_rows"
         if by_reason:

@@ -16,8 +16,8 @@ from airflow_provider_wm.core.windowing import (
     Timing,
 )
 from spark_jobs.common import path_exists, read_schema_document
-from spark_jobs.sql_text import case, ident, number, string
-from spark_jobs.windowed.base import STATE_FLAGS, carried, is_open
+from spark_jobs.sql_text import case, ident, string
+from spark_jobs.windowed.base import NEXT_HORIZON, STATE_FLAGS, WATERMARK, carried, is_open, with_cut_offs
 from spark_jobs.windowed.rollup import Rollup
 
 
@@ -174,13 +174,16 @@ class Firing(Rollup):
         )
 
     def decide(self, windows: DataFrame, watermark: int | None) -> DataFrame:
-        """Rules 5-7 row by row: ``wm_timing`` (null: no firing), ``wm_fires``, ``wm_purged``, ``wm_values``."""
+        """Rules 5-7 row by row: ``wm_timing`` (null: no firing), ``wm_fires``, ``wm_purged``, ``wm_values``; the
+        watermark and the run's horizon are cut-off columns (:func:`~spark_jobs.windowed.base.with_cut_offs`)."""
         spec = self.spec
         if watermark is None:
             complete, purged = "false", "false"
         else:
-            complete = f"{number(watermark)} >= window_end"
-            purged = f"NOT ({is_open('window_end', watermark - spec.allowed_lateness_ms)})"
+            complete = f"{WATERMARK} >= window_end"
+            purged = f"NOT ({is_open('window_end', NEXT_HORIZON)})"
+            cut_offs = {WATERMARK: watermark, NEXT_HORIZON: watermark - spec.allowed_lateness_ms}
+            windows = with_cut_offs(windows, cut_offs)
         dirty = "pending > 0"
         early = str(spec.early_firing) if spec.early_firing_count is None else f"pending >= {spec.early_firing_count}"
         late = str(spec.late_firing) if spec.late_firing_count is None else f"pending >= {spec.late_firing_count}"
@@ -212,26 +215,27 @@ class Firing(Rollup):
         )
 
     def panes(self, decided: DataFrame, watermark: int | None) -> DataFrame:
-        """The pane rows (:meth:`pane_columns`): the new panes of the windows that fire and, in retracting mode,
-        a retraction row before each for every pane it replaces."""
+        """The pane rows (:meth:`pane_columns`) of :meth:`decide`'s windows: the new panes of the windows that fire
+        and, in retracting mode, a retraction row before each for every pane it replaces."""
         fired = decided.where("wm_fires")
         keys = [ident(k) for k in self.keys]
         names = [ident(a.name) for a in self.spec.aggregates]
-        run = [f"CAST({'NULL' if watermark is None else number(watermark)} AS BIGINT) AS watermark_ms",
-               f"{string(self.run_id)} AS run_id"]  # fmt: skip
+        watermark_column = "CAST(NULL AS BIGINT)" if watermark is None else WATERMARK
+        run = [f"{watermark_column} AS watermark_ms", f"{string(self.run_id)} AS run_id"]
         if not self.spec.retracting:
             return fired.selectExpr(
                 "window_start", "window_end", *keys, *[f"wm_values.{n} AS {n}" for n in names], "wm_timing AS pane",
                 f"{self._PANE_INDEX} AS pane_index", "false AS retraction", *run,
             )  # fmt: skip
         retracted = "concat(owed, filter(array(last_pane), p -> p IS NOT NULL))"
-        rows = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane").unionByName(
-            fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane")
+        carry = [f"{watermark_column} AS {WATERMARK}"]  # the cut-off column, through the union
+        rows = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane", *carry).unionByName(
+            fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane", *carry)
         )
         return rows.selectExpr(
             "pane.window_start AS window_start", "pane.window_end AS window_end", *keys,
             *[f"pane.values.{n} AS {n}" for n in names], "pane.timing AS pane", "pane.pane_index AS pane_index",
-            "retraction", *run,
+            "retraction", f"{WATERMARK} AS watermark_ms", run[1],
         )  # fmt: skip
 
     def pane_columns(self) -> list[str]:

@@ -19,7 +19,15 @@ from airflow_provider_wm.core.windowing import (
 from airflow_provider_wm.core.windows import Sliding, Tumbling
 from spark_jobs.common import read_dataset_and_schema, read_schema_document, read_written
 from spark_jobs.sql_text import case, ident, number, string
-from spark_jobs.windowed.base import LIVE_META, RUN_PARTITION, checkpoint_with_totals, is_open
+from spark_jobs.windowed.base import (
+    HORIZON,
+    LIVE_META,
+    NEXT_HORIZON,
+    RUN_PARTITION,
+    checkpoint_with_totals,
+    is_open,
+    with_cut_offs,
+)
 from spark_jobs.windowed.events import Events
 
 log = logging.getLogger(__name__)
@@ -79,12 +87,14 @@ class Rollup(Events):
     def classify_panes(self, panes: DataFrame) -> DataFrame:
         """The pane rows with ``wm_reason``: ``INVALID_WINDOW`` (not
         :func:`~airflow_provider_wm.core.windowing.pane_window_is_valid`), ``TOO_LATE`` (the window they land
-        in is purged: ``end <= W_prev - L``) or null. No window arithmetic is evaluated on an invalid window."""
+        in is purged: ``end <= W_prev - L``, the cut-off column :data:`~spark_jobs.windowed.base.HORIZON`) or null.
+        No window arithmetic is evaluated on an invalid window."""
         fine_start, fine_end = "CAST(window_start AS BIGINT)", "CAST(window_end AS BIGINT)"
         _, target_end = self.target_bounds(fine_start, fine_end)
         branches = [(f"NOT ({self.valid_pane_window(fine_start, fine_end)})", string(LateReason.INVALID_WINDOW.value))]
-        if self.previous_watermark is not None:
-            branches.append((f"NOT ({is_open(target_end, self.horizon)})", string(LateReason.TOO_LATE.value)))
+        if self.horizon is not None:
+            branches.append((f"NOT ({is_open(target_end, HORIZON)})", string(LateReason.TOO_LATE.value)))
+            panes = with_cut_offs(panes, {HORIZON: self.horizon})
         return panes.selectExpr("*", f"{case(*branches)} AS wm_reason")
 
     def valid_pane_window(self, start: str, end: str) -> str:
@@ -185,15 +195,17 @@ class Rollup(Events):
         )
         if slots is not None and classified is not None and live is None:
             # each row is its upstream window's live pane, unless the slots say otherwise (then roll() starts over)
-            is_live = f"wm_reason IS NULL AND NOT retraction AND {is_open('wm_te', horizon)}"
+            rows, open_after = _with_horizon(candidates, horizon)
+            is_live = f"wm_reason IS NULL AND NOT retraction AND {is_open('wm_te', open_after)}"
             columns = [*self.keys, "window_start", "window_end", *LIVE_META, *values]
-            live_rows = candidates.where(is_live).selectExpr(*[ident(c) for c in columns])
+            live_rows = rows.where(is_live).selectExpr(*[ident(c) for c in columns])
             return self.combined_windows(candidates, values, *slots, horizon), LiveSnapshot(live_rows, columns, 0)
         candidates = candidates.repartition(*self.keys, "wm_ts")
         rank = pane_rank("upstream_run", "pane_index", "retraction", "wm_read IS NOT NULL", packed)
         panes = self._upstream_windows(candidates, rank, values)
         # every upstream window counts in its target window's row; the live pane of an open one is a live row too
-        live_row = f"wm_live AND {is_open('wm_te', horizon)}"
+        panes, open_after = _with_horizon(panes, horizon)
+        live_row = f"wm_live AND {is_open('wm_te', open_after)}"
         copies = panes.selectExpr(
             "*", f"explode(CASE WHEN {live_row} THEN array(false, true) ELSE array(false) END) AS wm_live_row"
         )
@@ -294,6 +306,7 @@ class Rollup(Events):
             *[f"bit_or(wm_slots_{i}) AS wm_slots_{i}" for i in range(len(masks))],
         )
         distinct = " + ".join(f"coalesce(bit_count(wm_slots_{i}), 0)" for i in range(len(masks)))
+        grouped, open_after = _with_horizon(grouped, horizon)
         return grouped.selectExpr(
             *keys,
             "wm_ts",
@@ -308,7 +321,7 @@ class Rollup(Events):
             f"CASE WHEN wm_ts IS NOT NULL THEN wm_end - 1 END AS {_WINDOW}wm_max_t",
             f"0L AS {_WINDOW}wm_inexact",  # no rank: nothing to pack
             f"CASE WHEN wm_reason IS NULL THEN wm_rows - ({distinct}) ELSE 0 END AS {_WINDOW}wm_collided",
-            f"CASE WHEN wm_reason IS NULL AND {is_open('wm_te', horizon)} THEN wm_kept ELSE 0 END AS "
+            f"CASE WHEN wm_reason IS NULL AND {is_open('wm_te', open_after)} THEN wm_kept ELSE 0 END AS "
             f"{_WINDOW}wm_live_rows",
         )
 
@@ -440,6 +453,15 @@ def pane_rank(run: str, index: str, retraction: str, read: str, packed: bool = T
     )
     flags = f"CASE WHEN {retraction} THEN 0 ELSE 2 END + CASE WHEN {read} THEN 1 ELSE 0 END"
     return f"CASE WHEN {fits} THEN {run} * {2**32} + {index} * 4 + {flags} END"
+
+
+def _with_horizon(frame: DataFrame, horizon: int | None) -> tuple[DataFrame, str | None]:
+    """``frame`` with the run's horizon ``W - L`` as the cut-off column
+    :data:`~spark_jobs.windowed.base.NEXT_HORIZON`, and that column's name for :func:`is_open`; before the first
+    watermark (``horizon`` ``None``), ``frame`` as it is and ``None`` (every window is open)."""
+    if horizon is None:
+        return frame, None
+    return with_cut_offs(frame, {NEXT_HORIZON: horizon}), NEXT_HORIZON
 
 
 def _aggregate(grouped: GroupedData, *expressions: str) -> DataFrame:

@@ -23,6 +23,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
+from airflow_provider_wm.contracts import WindowedRequest
 from airflow_provider_wm.core.times import MAX_TIME_MS, is_valid_time_ms
 from airflow_provider_wm.core.windowing import (
     ROW_COLUMN,
@@ -48,6 +49,7 @@ from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling,
 from spark_jobs.common import read_dataset_and_schema, write_schema_document
 from spark_jobs.windowed import run_request as run_windowed
 from spark_jobs.windowed.base import RUN_PARTITION
+from spark_jobs.windowed.job import Job
 
 EVENT_SCHEMA = "k string, t long, v int, arrival long"
 DOUBLE_SCHEMA = "k string, t long, v double, arrival long"
@@ -703,6 +705,53 @@ def test_the_pane_output_is_documented_with_the_schema_a_read_of_its_partitions_
     frame, schema = read
     assert schema == as_long  # the document's, not inferred again
     assert sorted(map(tuple, frame.collect())) == inferred_rows
+
+
+def generated_code(frame) -> str:
+    """The Java code Spark generates for ``frame``'s stages, which it compiles once per distinct text: the numbered
+    lines of ``explain`` in its ``codegen`` mode (over Spark Connect too), without the plans printed above them.
+    Planned without adaptive execution, which generates a stage's code only once the stages before it ran."""
+    conf = frame.sparkSession.conf
+    adaptive = conf.get("spark.sql.adaptive.enabled")
+    conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        explained = frame._explain_string(mode="codegen")
+    finally:
+        conf.set("spark.sql.adaptive.enabled", adaptive)
+    code = [line for line in explained.splitlines() if line.startswith("/* ")]
+    assert code, explained  # some stage is generated
+    return "\n".join(code)
+
+
+@pytest.mark.parametrize(
+    ("window", "late_data"),
+    [(Tumbling(10), LateData.EVENT_TIME), (Sliding(20, 10), LateData.WINDOW_END), (Session(5), LateData.WINDOW_END)],
+)
+def test_runs_that_differ_only_in_their_cut_offs_generate_the_same_code(spark, tmp_path, window, late_data):
+    """Spark compiles a stage's code again for every new literal number in it: a run's horizons and watermark are
+    columns generated from an array (``with_cut_offs``), so the next scheduled run reuses the code compiled for the
+    last one."""
+    spec = AggregationSpec(
+        window, (Aggregate("s", "sum", "v"),), ("k",), BoundedOutOfOrderness(0), allowed_lateness_ms=5,
+        accumulation=Accumulation.ACCUMULATING_AND_RETRACTING, late_data=late_data,
+    )  # fmt: skip
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.run([("a", 1, 1), ("a", 25, 2)])  # a state to merge with
+    pipeline.write([("a", 30, 3)], arrival=2)
+
+    def plans(previous_watermark: int, watermark: int) -> list[str]:
+        request = {**pipeline.request(2, None, 2), "previous_watermark_ms": previous_watermark}
+        job = Job(spark, WindowedRequest.from_json(request))
+        events = job.read_events()
+        assert events is not None
+        decided = job.decide(job.read_state(), watermark)
+        frames = [job.new_partials(job.classified(events)), job.panes(decided, watermark), job.next_state(decided)]
+        return [generated_code(frame) for frame in frames]
+
+    first, second = plans(1_000_000_020, 1_000_000_030), plans(1_000_000_021, 1_000_000_031)
+    assert first == second
+    cut_offs = ("1000000020", "1000000015", "1000000030", "1000000025")  # W_prev, W_prev - L, W, W - L
+    assert not [value for value in cut_offs for plan in first if value in plan]
 
 
 # -------------------------------------------------------------------------------- rollups (propagation)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
+from airflow_provider_wm.contracts import WindowedRequest
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     Aggregate,
@@ -23,7 +24,8 @@ from airflow_provider_wm.core.windowing import (
     run_on_panes,
 )
 from airflow_provider_wm.core.windows import Tumbling, Window
-from tests.spark_jobs.test_windowed_aggregate import Pipeline, Rollup, core_rows
+from spark_jobs.windowed.job import Job
+from tests.spark_jobs.test_windowed_aggregate import Pipeline, Rollup, core_rows, generated_code
 
 PANE_SCHEMA = "window_start long, window_end long, k string, s long, pane string, pane_index long, retraction boolean"
 
@@ -251,3 +253,39 @@ def test_a_run_after_one_that_kept_no_live_panes_rolls_up_per_target_window_too(
         "run-1: 3 pane rows rolled up per target window, each its upstream window's live pane",
         "run-2: 4 pane rows rolled up per target window, each its upstream window's live pane",
     ]
+
+
+@pytest.mark.parametrize("live_stored", [False, True], ids=["combined", "picked"])
+def test_rollup_runs_that_differ_only_in_their_cut_offs_generate_the_same_code(spark, tmp_path, live_stored):
+    """The horizons of a rollup run are generated columns, as the windowed runs' are
+    (``test_runs_that_differ_only_in_their_cut_offs_generate_the_same_code``): the stages that classify the pane
+    rows and pick or combine them compile once for every run of the pipeline."""
+    spec = AggregationSpec(
+        Tumbling(20), (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"), allowed_lateness_ms=5,
+        upstream=UpstreamPanes("up", Tumbling(10), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    upstream = Pipeline(spark, tmp_path / "up", spec)
+    rollup = Rollup(spark, tmp_path / "rollup", spec, upstream)
+    write_upstream(spark, upstream, 1, [(0, 10, "a", 1, "ON_TIME", 0, False), (20, 30, "a", 3, "EARLY", 0, False)])
+    if live_stored:
+        rollup.roll(20)  # [20, 40) stays open: its live pane [20, 30) is stored
+        write_upstream(spark, upstream, 2, [(30, 40, "a", 4, "ON_TIME", 0, False)])
+
+    def plans(previous_watermark: int, watermark: int) -> list[str]:
+        request = {
+            **rollup.request(upstream.version, watermark, rollup.version + 1),
+            "previous_watermark_ms": previous_watermark,
+        }
+        job = Job(spark, WindowedRequest.from_json(request))
+        classified = job.classify_panes(job.read_panes())
+        slots = None if live_stored else job.combine_slots()
+        planned = job.live_panes(classified, job.read_live(), watermark - spec.allowed_lateness_ms, slots=slots)
+        assert planned is not None
+        frame, live = planned
+        assert (live is None) == live_stored
+        return [generated_code(f) for f in (frame, *([] if live is None else [live.frame]))]
+
+    first, second = plans(1_000_000_020, 1_000_000_030), plans(1_000_000_021, 1_000_000_031)
+    assert first == second
+    cut_offs = ("1000000015", "1000000025")  # W_prev - L, W - L
+    assert not [value for value in cut_offs for plan in first if value in plan]
