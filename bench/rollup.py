@@ -11,7 +11,9 @@ one classic Spark session (``local[2]`` by default), the jobs in-process (``spar
   ``groupBy(window(event_time, "5 minutes"), key).agg(count, sum)`` written as Parquet;
 - the hourly rollup: the job with ``upstream`` set (tumbling 1 h over those panes, ``sum`` of the upstream's
   columns), reading upstream versions ``(0, 1]`` of the pane folder, the watermark at the end of the day; each
-  repeat with a fresh state, live and output folder; against its floor, the native rollup: read the panes,
+  call with a fresh state, live and output folder and a watermark one millisecond later than the call before (as
+  every scheduled run has new cut-offs: the job's stages must not compile again for them; the outputs stay the
+  same); against its floor, the native rollup: read the panes,
   ``groupBy(hour, key).agg(sum)``, write (target: ratio <= 2.0); and, for reference, against the pick written
   natively: each upstream window's live pane picked first (``max_by`` over the rank the job uses: upstream run,
   pane index, a retraction before the pane that replaces it), as a rollup run with live panes stored must (this
@@ -128,11 +130,13 @@ def main() -> None:
         def aggregate() -> None:  # overwrites its own wm_run=1 partition and state each time
             manifests["aggregate"] = run_windowed(spark, five)
 
-        def rollup() -> None:  # fresh state, live and output folders each time
-            base = work / f"agg1h-{next(rollups)}"
+        def rollup() -> None:  # fresh state, live and output folders each time, and a new watermark
+            call = next(rollups)
+            base = work / f"agg1h-{call}"
             hourly = request(
                 base, "agg1h", ROLLUP, five["output"], event_time="window_start", arrival_column=None,
                 arrival_from_ms=0, arrival_until_ms=1, live_in=None, live_out=str(base / "live"),
+                source_watermark_ms=T0_MS + DAY_MS + call,
             )  # fmt: skip
             manifests["rollup"] = run_windowed(spark, hourly)
 

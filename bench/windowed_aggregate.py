@@ -12,7 +12,10 @@ incremental run could not skip old row groups by arrival time). Then, in one cla
   (target: ratio <= 1.25);
 - incremental run: 1% new events appended (arriving after the first run's cut-off), the job with the first
   run's state, against its floor, the native read of just the new events (the same arrival filter, on the
-  arrival column, which Parquet pushes down), the same group-by and write (target: ratio <= 2.0).
+  arrival column, which Parquet pushes down), the same group-by and write (target: ratio <= 2.0). Each call has
+  new cut-offs, as every scheduled run does: the end of the arrival range one millisecond later (job and floor)
+  and, for the job, the previous watermark one millisecond earlier (the new watermark comes from the events: the
+  same in every call).
 
 ``--connect``: the same in a Spark Connect session instead, on a server of its own started like the embedded one
 (the product's default run mode: the operators run the job as a client of it), job and floor both clients;
@@ -253,15 +256,19 @@ def main() -> None:
             spark.read.parquet(str(work / "new")).write.mode("append").parquet(variant_events)
             previous = {"watermark_ms": first["watermark_ms"], "max_event_time_ms": first["max_event_time_ms"]}
             until = first_until + DAY_MS
+            calls = {"job": 0, "floor": 0}  # each call's cut-offs move by a millisecond, as a scheduled run's do
 
             def incremental_run() -> None:
+                calls["job"] += 1  # noqa: B023
+                moved = {**previous, "watermark_ms": previous["watermark_ms"] - calls["job"]}  # noqa: B023
                 run_windowed(
                     spark,
-                    request(2, until, first_until, previous, first["state_path"]),  # noqa: B023
+                    request(2, until + calls["job"], first_until, moved, first["state_path"]),  # noqa: B023
                 )
 
             def incremental_floor() -> None:  # the same arrival filter: only the new 1%
-                arrival = (first_until, until)  # noqa: B023
+                calls["floor"] += 1  # noqa: B023
+                arrival = (first_until, until + calls["floor"])  # noqa: B023
                 native_aggregate(spark, variant_events, native, str(work / tag / "floor-2"), arrival)  # noqa: B023
 
             incremental_floor()
