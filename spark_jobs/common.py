@@ -46,6 +46,7 @@ from pyspark.sql.types import (
 from airflow_provider_wm.contracts import JobFailure, JobManifest, JobRequest
 from airflow_provider_wm.documents import delete_tree, exists, read_document, write_document
 from spark_jobs.screening import FileScreen, is_unreadable_file_error, load, screening, stored_spark_schema
+from spark_jobs.sql_text import string
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +216,23 @@ def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: Stru
         [dict(zip(names, row, strict=True)) for row in listed], schema=to_arrow_schema(schema, timezone="UTC")
     )
     return spark.createDataFrame(table, schema)
+
+
+def with_constants(frame: DataFrame, constants: dict[str, str]) -> DataFrame:
+    """``frame`` with a column per constant (SQL text of a constant expression: a number, a string, an array of
+    structs), the same on every row, generated from a one-element array of one struct (``inline``) rather than
+    written into the expressions that read it.
+
+    Spark writes a literal number into the Java code it generates for a stage, and compiles each distinct text once:
+    a value that changes with every scheduled run (a watermark, a run's ranges) makes every run compile its stages
+    again. An array is a constant the generated code refers to, not text in it, and the optimizer does not fold a
+    generator's output into the expressions above it, so the code stays the same from run to run. (A join with a
+    one-row frame does that too, but its broadcast is a Spark job per query.)
+
+    Example: ``with_constants(windows, {"wm_cut_watermark": "CAST(60000 AS BIGINT)"})`` adds ``wm_cut_watermark``
+    (60000 on every row), and ``"wm_cut_watermark >= window_end"`` compiles to the same code whatever its value."""
+    fields = ", ".join(f"{string(name)}, {value}" for name, value in constants.items())
+    return frame.selectExpr("*", f"inline(array(named_struct({fields})))")
 
 
 def string_struct(*names: str) -> StructType:

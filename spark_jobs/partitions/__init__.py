@@ -7,16 +7,20 @@ of work units, each a partition ``[partition_start, partition_end)``, a unit, an
 1. reads the source filtered to the plan's ranges: a filter on the source's partition column (partition
    pruning) when one is named (the ranges' dates in ``source_partition_timezone``, or without it a day of
    margin on each side), and a filter on the raw time column (Parquet predicate pushdown) when it is
-   a timestamp, date or epoch-millisecond number (rows whose time is null or out of range stay in). An
-   existing source folder with no data file is a source without rows: every unit succeeds with 0 rows;
+   a timestamp, date or epoch-millisecond number (rows whose time is null or out of range stay in), unless the
+   pruning selects exactly the ranges' rows (whole days of ``source_partition_timezone``: a pushed filter is
+   also evaluated in the scan's generated code, and its bounds change with every run). An existing source folder
+   with no data file is a source without rows: every unit succeeds with 0 rows;
 2. quarantines bad rows (:func:`airflow_provider_wm.core.partitions.quarantine_reason`, the same rule in
    Column operations): ``null_time``, ``unparseable_time``, ``time_out_of_range`` (outside
    ``core.times``' 1970..9999), and, when the request lists the pipeline's ``units``, ``null_unit`` and
    ``unknown_unit`` for rows in the plan's ranges (a row of a known unit whose work unit is up to date is
    not bad);
 3. assigns each row to its work unit: up to ``INLINE_UNITS_UP_TO`` units by a ``CASE`` over their ranges
-   and units, for more by an equi-join on ``(UTC day, unit)`` with the plan's ranges exploded into the days
-   they touch (broadcast), then a range filter: no Python on rows;
+   and units (read from the column ``wm_units``, :func:`~spark_jobs.common.with_constants`, not literals: a
+   run's units change every run, and Spark compiles its generated code again for every new literal), for more
+   by an equi-join on ``(UTC day, unit)`` with the plan's ranges exploded into the days they touch
+   (broadcast), then a range filter: no Python on rows;
 4. exposes the rows as the view ``source`` with ``wm_partition`` (partition key), ``wm_unit``,
    ``wm_partition_start/end``, ``wm_range_start/end`` and ``wm_time``; applies the user's transformation
    (a Spark SQL statement over ``source``, or a ``DataFrame -> DataFrame`` function named by import path);

@@ -23,6 +23,7 @@ from spark_jobs.common import (
     path_exists,
     read_dataset,
     submit_main,
+    with_constants,
 )
 from spark_jobs.partitions.layout import (
     INLINE_UNITS_UP_TO,
@@ -48,6 +49,14 @@ from spark_jobs.partitions.layout import (
 from spark_jobs.sql_text import case, ident, invalid_time, number, parse_time, string, time_ms
 
 __all__ = ["Job", "main", "run"]
+
+UNITS_COLUMN = "wm_units"
+"""The work units of a run whose rows are assigned by a ``CASE`` (:meth:`Job._assign_units`), one struct each, as a
+column (:func:`~spark_jobs.common.with_constants`): a run's units change from one scheduled run to the next, and as
+literals they made every run compile its scan again."""
+INTERVALS_COLUMN = "wm_intervals"
+"""The run's read intervals (:func:`~spark_jobs.partitions.layout.merged_intervals`) as a column, for the unit
+reasons of the quarantine (:meth:`Job.quarantine_reason`), as :data:`UNITS_COLUMN` is."""
 
 
 class Job:
@@ -96,9 +105,14 @@ class Job:
         ]
         return local_frame(self.spark, rows, WORK_UNITS_SCHEMA)
 
+    def checks_units(self) -> bool:
+        """Whether the quarantine has unit reasons: the request lists the pipeline's units."""
+        return bool(self.args.unit_column) and self.args.units is not None
+
     def quarantine_reason(self, intervals: list[tuple[int, int]]) -> Column:
         """:func:`core.partitions.quarantine_reason` on the source's columns (null: a good row). Unit reasons
-        only when the request lists the pipeline's units, and only for times inside ``intervals``."""
+        only when the request lists the pipeline's units (:meth:`checks_units`), and only for times inside
+        ``intervals``, read from the column :data:`INTERVALS_COLUMN` the rows then carry."""
         args = self.args
         raw = F.col(args.time_column)
         millis_sql = time_ms(ident(args.time_column), self.time_type, f"time_column={args.time_column!r}")
@@ -108,9 +122,10 @@ class Job:
             .when(millis.isNull(), QuarantineReason.UNPARSEABLE_TIME.value)
             .when(F.expr(invalid_time(millis_sql)), QuarantineReason.TIME_OUT_OF_RANGE.value)
         )
-        if args.unit_column and args.units is not None:
+        if args.unit_column and self.checks_units():
             unit = F.col(args.unit_column).cast("string")
-            in_plan = any_of([(millis >= F.lit(a)) & (millis < F.lit(b)) for a, b in intervals])
+            interval = [f"{INTERVALS_COLUMN}[{i}]" for i in range(len(intervals))]
+            in_plan = any_of([F.expr(f"{millis_sql} >= {i}.wm_from AND {millis_sql} < {i}.wm_until") for i in interval])
             known = unit.isin(list(args.units)) if args.units else F.lit(False)
             reason = reason.when(in_plan & unit.isNull(), QuarantineReason.NULL_UNIT.value).when(
                 in_plan & ~known, QuarantineReason.UNKNOWN_UNIT.value
@@ -139,6 +154,13 @@ class Job:
         intervals = merged_intervals(units)
         condition = read_filter(self.source, self.args, intervals)
         frame = self.source if condition is None else self.source.where(condition)
+        constants = {}
+        if self.checks_units():
+            constants[INTERVALS_COLUMN] = _ranges_array(intervals)
+        if len(units) <= INLINE_UNITS_UP_TO:  # for the CASE, and the counts of up to OBSERVE_UNITS_UP_TO (as many)
+            constants[UNITS_COLUMN] = _units_array(units)
+        if constants:
+            frame = with_constants(frame, constants)
         frame = frame.withColumn("wm_reason", self.quarantine_reason(intervals))
         # a bad row has no time here, so it lands in no work unit
         timed = frame.withColumn(
@@ -172,22 +194,17 @@ class Job:
         build: a small run's plan is a scan and a projection, like a plain filtered read); above it, a broadcast
         equi-join on the row's UTC day (and unit) against the units' days. Example: units ``[d1, eu]`` and
         ``[d1, us]``: a row of ``us`` on d1 gets ``CASE WHEN <in d1's range> AND unit = 'eu' THEN <eu's columns>
-        WHEN <in d1's range> AND unit = 'us' THEN <us's columns> END``, the second unit's columns (a struct)."""
+        WHEN <in d1's range> AND unit = 'us' THEN <us's columns> END``, the second unit's columns (a struct). The
+        units are the column :data:`UNITS_COLUMN` (``wm_units[1]``: the second unit), not literals."""
         if len(units) <= INLINE_UNITS_UP_TO and self._lands_in_one_unit(units):
             row_millis = "unix_millis(wm_time)"
             branches = []
-            for unit in units:
-                partition, unit_name = work_unit_key(unit)
-                start, end = number(int(unit["range_start"])), number(int(unit["range_end"]))
-                inside = f"{row_millis} >= {start} AND {row_millis} < {end}"
+            for i in range(len(units)):
+                this = f"{UNITS_COLUMN}[{i}]"
+                inside = f"{row_millis} >= {this}.wm_from AND {row_millis} < {this}.wm_until"
                 if self.args.unit_column:
-                    inside += f" AND CAST({ident(self.args.unit_column)} AS STRING) = {string(unit_name)}"
-                bounds = [
-                    f"{string(name)}, timestamp_millis({number(int(unit[field]))})"
-                    for name, field in zip(UNIT_BOUNDS, UNIT_BOUND_FIELDS, strict=True)
-                ]
-                keys = f"'wm_partition', {string(partition)}, 'wm_unit', {string(unit_name)}"
-                branches.append((inside, f"named_struct({keys}, {', '.join(bounds)})"))
+                    inside += f" AND CAST({ident(self.args.unit_column)} AS STRING) = {this}.wm_unit"
+                branches.append((inside, this))
             # computed once per row: behind a nondeterministic condition, the filter on the unit (rows that land in
             # none) is not pushed below it with the CASE inlined, which would evaluate it again, twice per unit
             assigned = f"CASE WHEN spark_partition_id() >= 0 THEN {case(*branches)} END AS wm_assigned"
@@ -248,7 +265,7 @@ class Job:
         """:meth:`read_counts` from a scan of their own."""
         read_rows = self.rows(self.units).read
         if len(self.units) <= OBSERVE_UNITS_UP_TO:
-            judged = read_rows.select("wm_partition", "wm_unit", "wm_reason")  # the scan reads only what it counts
+            judged = read_rows.select("wm_partition", "wm_unit", "wm_reason", UNITS_COLUMN)  # only what it counts
             scan, observed = observe(judged, ROWS_READ, *self._read_counters(self.units))
             scan.write.format("noop").mode("overwrite").save()
             counts = observed_below(scan, observed)
@@ -334,7 +351,9 @@ class Job:
                 raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
             out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
             if len(units) <= OBSERVE_UNITS_UP_TO:
-                out, observation = observe(out, "rows_written", *self._rows_per_unit(units))
+                with_units = with_constants(out, {UNITS_COLUMN: _units_array(units)})
+                counted, observation = observe(with_units, "rows_written", *self._rows_per_unit(units))
+                out = counted.drop(UNITS_COLUMN)
         partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
         previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
         if previous is None:
@@ -358,10 +377,12 @@ class Job:
 
     @staticmethod
     def _rows_per_unit(units: list[dict[str, Any]]) -> list[Column]:
-        """One count per work unit, named by its position in ``units`` (SQL text: one call to the JVM each)."""
+        """One count per work unit, named by its position in ``units`` (SQL text: one call to the JVM each), over
+        rows that carry the units as :data:`UNITS_COLUMN`: as literals, their keys changed the generated code of
+        each run (Spark orders the common subexpressions it extracts by their hash, which the literals change)."""
         return [
-            F.expr(f"count_if(wm_partition = {string(partition)} AND wm_unit = {string(unit)}) AS `{i}`")
-            for i, (partition, unit) in enumerate(work_unit_key(u) for u in units)
+            F.expr(f"count_if(wm_partition = {u}.wm_partition AND wm_unit = {u}.wm_unit) AS `{i}`")
+            for i, u in enumerate(f"{UNITS_COLUMN}[{i}]" for i in range(len(units)))
         ]
 
     def _unit_outputs(self, keys: set[tuple[str, str]]) -> DataFrame | None:
@@ -506,6 +527,33 @@ def run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
     """The job: compute, write its outputs, and return the manifest (the caller writes it)."""
     with job_session(spark):
         return _run(spark, args)
+
+
+def _units_array(units: list[dict[str, Any]]) -> str:
+    """The work units as an array of structs (SQL text): each its ``wm_partition`` and ``wm_unit`` (the target's
+    keys, :func:`~spark_jobs.partitions.layout.work_unit_key`), its :data:`UNIT_BOUNDS` (timestamps) and its range
+    (:func:`_range_fields`)."""
+    structs = []
+    for unit in units:
+        partition, unit_name = work_unit_key(unit)
+        bounds = [
+            f"{string(name)}, timestamp_millis({number(int(unit[field]))})"
+            for name, field in zip(UNIT_BOUNDS, UNIT_BOUND_FIELDS, strict=True)
+        ]
+        keys = f"'wm_partition', {string(partition)}, 'wm_unit', {string(unit_name)}"
+        ranges = _range_fields(int(unit["range_start"]), int(unit["range_end"]))
+        structs.append(f"named_struct({keys}, {', '.join(bounds)}, {ranges})")
+    return f"array({', '.join(structs)})"
+
+
+def _range_fields(start: int, end: int) -> str:
+    """A range ``[start, end)`` as the fields ``wm_from`` and ``wm_until`` of a struct (SQL text)."""
+    return f"'wm_from', CAST({number(start)} AS BIGINT), 'wm_until', CAST({number(end)} AS BIGINT)"
+
+
+def _ranges_array(intervals: list[tuple[int, int]]) -> str:
+    """``intervals`` as an array of structs of :func:`_range_fields` (SQL text)."""
+    return f"array({', '.join(f'named_struct({_range_fields(start, end)})' for start, end in intervals)})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

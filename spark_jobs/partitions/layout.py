@@ -43,6 +43,7 @@ __all__ = [
     "merged_intervals",
     "partition_dates",
     "partition_key",
+    "prunes_exactly",
     "read_filter",
     "unit_key",
     "with_row_ids",
@@ -127,7 +128,9 @@ def _utc(ms: int) -> dt.datetime:
 
 def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tuple[int, int]]) -> Column | None:
     """Partition pruning and predicate pushdown for ``intervals``; rows whose time is null or outside the valid
-    range stay in (quarantine)."""
+    range stay in (quarantine). The time bounds are left out when the pruning selects exactly the intervals' rows
+    (:func:`prunes_exactly`): a pushed filter is also evaluated in the scan's generated code, and its bounds, which
+    change with every scheduled run, made every run compile its scan again."""
     conditions: list[Column] = []
     if args.source_partition_column:
         # partition values are dates, in ``source_partition_timezone`` when the request names it (exactly the dates
@@ -149,7 +152,7 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
         out_of_range = (raw < F.lit(MIN_TIME_MS)) | (raw > F.lit(MAX_TIME_MS))
     else:
         bounds = []
-    if bounds:
+    if bounds and not prunes_exactly(args, intervals):
         conditions.append(raw.isNull() | out_of_range | any_of(bounds))
     if not conditions:
         return None
@@ -157,6 +160,21 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
     for condition in conditions[1:]:
         result = result & condition
     return result
+
+
+def prunes_exactly(args: PartitionsRequest, intervals: list[tuple[int, int]]) -> bool:
+    """Whether the partitions :func:`read_filter` selects hold the rows of ``intervals`` and no others: the source
+    is partitioned by the date of its rows' time in a zone the request names (``source_partition_timezone``), and
+    every interval starts and ends at a midnight of that zone. A row filed under another date than its time's lands
+    in no work unit either way. Example: daily units over a source partitioned by UTC date, ``True``; hourly
+    units, or a source whose partition zone is not given, ``False``."""
+    if not args.source_partition_column or args.source_partition_timezone is None:
+        return False
+    zone = zone_info(args.source_partition_timezone, "source_partition_timezone")
+    midnight = dt.time()
+    return all(
+        dt.datetime.fromtimestamp(ms / 1000, zone).time() == midnight for interval in intervals for ms in interval
+    )
 
 
 def partition_dates(args: PartitionsRequest, intervals: list[tuple[int, int]]) -> list[tuple[dt.date, dt.date]]:

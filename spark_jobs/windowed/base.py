@@ -14,7 +14,7 @@ from airflow_provider_wm.core.windowing import (
     AggregationSpec,
     SqlAggregate,
 )
-from spark_jobs.common import observe, observed_below
+from spark_jobs.common import observe, observed_below, with_constants
 from spark_jobs.sql_text import any_of, ident, number, string
 
 RUN_PARTITION = "wm_run"
@@ -48,20 +48,13 @@ NEXT_HORIZON = "wm_cut_next_horizon"
 
 def with_cut_offs(frame: DataFrame, cut_offs: dict[str, int]) -> DataFrame:
     """``frame`` with a long column per cut-off (:data:`HORIZON`, :data:`WATERMARK`, :data:`NEXT_HORIZON`), the
-    same on every row, generated from a one-element array of one struct (``inline``) rather than written into the
-    expressions that read it.
-
-    Spark writes a literal number into the Java code it generates for a stage, and reuses compiled code only for
-    the same text: a cut-off that moves with every scheduled run made every run compile its stages again (a rollup
-    run compiled eight). An array is a constant the generated code refers to, not text in it, and the optimizer
-    does not fold a generator's output into the expressions above it, so the code stays the same from run to run.
-    (A join with a one-row frame does that too, but its broadcast is a Spark job per query.) The arrival range stays
-    a literal: Parquet skips row groups by it, and a native read of the same range compiles it too.
+    same on every row (:func:`~spark_jobs.common.with_constants`): they move with every scheduled run, and as
+    literals they made every run compile its stages again (a rollup run compiled eight). The arrival range stays a
+    literal: Parquet skips row groups by it, and a native read of the same range compiles it too.
 
     Example: ``with_cut_offs(windows, {WATERMARK: 60_000})`` adds ``wm_cut_watermark`` (60000 on every row), and
     ``f"{WATERMARK} >= window_end"`` is the rule of a complete window."""
-    fields = ", ".join(f"{string(name)}, CAST({number(value)} AS BIGINT)" for name, value in cut_offs.items())
-    return frame.selectExpr("*", f"inline(array(named_struct({fields})))")
+    return with_constants(frame, {name: f"CAST({number(value)} AS BIGINT)" for name, value in cut_offs.items()})
 
 
 def is_open(window_end: str, horizon: str | None) -> str:

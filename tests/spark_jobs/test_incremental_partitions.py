@@ -31,7 +31,8 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.partitions import Job, partition_key, run
-from spark_jobs.partitions.layout import counts_each_row_once, load_transform, partition_dates
+from spark_jobs.partitions.layout import counts_each_row_once, load_transform, partition_dates, prunes_exactly
+from tests.spark_jobs.codegen import generated_code
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
 UNITS = ["eu", "us"]
@@ -116,6 +117,57 @@ def test_first_and_grace_runs_write_each_unit_exactly_once_and_pick_up_late_rows
     assert manifest["status"] == "succeeded"
     everything = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-11"), units=UNITS).executing()
     assert target_rows(spark, tmp_path) == expected_rows(rows + late + day10, everything)
+
+
+def test_runs_of_different_days_generate_the_same_code_and_read_only_the_plans_partitions(spark, tmp_path):
+    """Spark compiles a stage's code again for every new literal number in it, and orders the common
+    subexpressions it extracts by a hash that a literal string changes: a run's work units are a column
+    (``wm_units``), and daily units over a source partitioned by UTC date need no time bounds in the pushed filter
+    (the pruning selects their rows exactly), so the next day's run reuses the code compiled for the last one."""
+    write_source(spark, tmp_path / "source", events(10))
+
+    def planned(now: int) -> tuple[list[str], str]:
+        first = plan(DAILY, PartitionState.empty(), now - DAY_MS, units=UNITS)
+        state = PartitionState.empty().apply(
+            UnitResult(u.partition_start, u.partition_end, u.unit, UnitStatus.SUCCEEDED) for u in first.executing()
+        )
+        units = [
+            WorkUnitRequest(u.partition_start, u.partition_end, u.unit, u.range_start, u.range_end, u.reason.value)
+            for u in plan(DAILY, state, now, units=UNITS, grace_ms=2 * DAY_MS).executing()
+        ]
+        args = PartitionsRequest(
+            pipeline="p", run_id="r", work_units=units, source=str(tmp_path / "source"), time_column="event_time",
+            source_partition_column="event_date", source_partition_timezone="UTC", unit_column="region",
+            units=UNITS, target=str(tmp_path / "t"), round_out=str(tmp_path / "o"),
+        )  # fmt: skip
+        job = Job(spark, args, [u.to_json() for u in units])
+        rows = job.rows(job.units)
+        return [generated_code(rows.rows), generated_code(rows.read)], rows.rows._explain_string(extended=False)
+
+    (first, first_plan), (second, _) = planned(iso_ms("2020-01-06")), planned(iso_ms("2020-01-07"))
+    assert first == second
+    scan = first_plan.split("FileScan parquet")[1].split("\n")[0]
+    assert "PartitionFilters: [" in scan and "event_date" in scan.split("PartitionFilters: [")[1].split("]")[0]
+    assert "2020-01-0" not in scan.split("PushedFilters: [")[1].split("]")[0]  # no time bounds pushed
+
+
+@pytest.mark.parametrize(
+    ("zone", "interval", "exact"),
+    [
+        ("UTC", ("2020-01-02", "2020-01-04"), True),  # whole UTC days: the pruning selects exactly their rows
+        ("UTC", ("2020-01-02T00:00", "2020-01-02T01:00"), False),  # an hour of a day's partition
+        ("Europe/Berlin", ("2020-01-01T23:00", "2020-01-02T23:00"), True),  # Berlin's 2020-01-02
+        ("Europe/Berlin", ("2020-01-02", "2020-01-03"), False),  # UTC days are not Berlin's
+        (None, ("2020-01-02", "2020-01-03"), False),  # any zone: a day of margin is read
+    ],
+)
+def test_the_read_needs_no_time_bounds_only_where_the_partitions_hold_exactly_the_ranges(zone, interval, exact):
+    args = PartitionsRequest(
+        pipeline="p", run_id="r", work_units=[], source="s", time_column="event_time",
+        source_partition_column="event_date", source_partition_timezone=zone, target="t", round_out="o",
+    )  # fmt: skip
+    assert prunes_exactly(args, [(iso_ms(interval[0]), iso_ms(interval[1]))]) is exact
+    assert not prunes_exactly(replace(args, source_partition_column=None), [(iso_ms(interval[0]), iso_ms(interval[1]))])
 
 
 @pytest.mark.slow

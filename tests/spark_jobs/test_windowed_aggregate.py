@@ -50,6 +50,7 @@ from spark_jobs.common import read_dataset_and_schema, write_schema_document
 from spark_jobs.windowed import run_request as run_windowed
 from spark_jobs.windowed.base import RUN_PARTITION
 from spark_jobs.windowed.job import Job
+from tests.spark_jobs.codegen import generated_code
 
 EVENT_SCHEMA = "k string, t long, v int, arrival long"
 DOUBLE_SCHEMA = "k string, t long, v double, arrival long"
@@ -705,22 +706,6 @@ def test_the_pane_output_is_documented_with_the_schema_a_read_of_its_partitions_
     frame, schema = read
     assert schema == as_long  # the document's, not inferred again
     assert sorted(map(tuple, frame.collect())) == inferred_rows
-
-
-def generated_code(frame) -> str:
-    """The Java code Spark generates for ``frame``'s stages, which it compiles once per distinct text: the numbered
-    lines of ``explain`` in its ``codegen`` mode (over Spark Connect too), without the plans printed above them.
-    Planned without adaptive execution, which generates a stage's code only once the stages before it ran."""
-    conf = frame.sparkSession.conf
-    adaptive = conf.get("spark.sql.adaptive.enabled")
-    conf.set("spark.sql.adaptive.enabled", "false")
-    try:
-        explained = frame._explain_string(mode="codegen")
-    finally:
-        conf.set("spark.sql.adaptive.enabled", adaptive)
-    code = [line for line in explained.splitlines() if line.startswith("/* ")]
-    assert code, explained  # some stage is generated
-    return "\n".join(code)
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ from airflow_provider_wm.core.windowing import (
 )
 from airflow_provider_wm.core.windows import Tumbling, Window
 from spark_jobs.windowed.job import Job
-from tests.spark_jobs.test_windowed_aggregate import Pipeline, Rollup, core_rows, generated_code
+from tests.spark_jobs.codegen import generated_code
+from tests.spark_jobs.test_windowed_aggregate import Pipeline, Rollup, core_rows
 
 PANE_SCHEMA = "window_start long, window_end long, k string, s long, pane string, pane_index long, retraction boolean"
 
