@@ -157,7 +157,7 @@ class Job:
         constants = {}
         if self.checks_units():
             constants[INTERVALS_COLUMN] = _ranges_array(intervals)
-        if len(units) <= INLINE_UNITS_UP_TO:  # for the CASE, and the counts of up to OBSERVE_UNITS_UP_TO (as many)
+        if len(units) <= max(INLINE_UNITS_UP_TO, OBSERVE_UNITS_UP_TO):  # for the CASE and the counts
             constants[UNITS_COLUMN] = _units_array(units)
         if constants:
             frame = with_constants(frame, constants)

@@ -136,7 +136,7 @@ def test_runs_of_different_days_generate_the_same_code_and_read_only_the_plans_p
             for u in plan(DAILY, state, now, units=UNITS, grace_ms=2 * DAY_MS).executing()
         ]
         args = PartitionsRequest(
-            pipeline="p", run_id="r", work_units=units, source=str(tmp_path / "source"), time_column="event_time",
+            pipeline="p", run_id=f"r{now}", work_units=units, source=str(tmp_path / "source"), time_column="event_time",
             source_partition_column="event_date", source_partition_timezone="UTC", unit_column="region",
             units=UNITS, target=str(tmp_path / "t"), round_out=str(tmp_path / "o"),
         )  # fmt: skip

@@ -725,7 +725,8 @@ def test_runs_that_differ_only_in_their_cut_offs_generate_the_same_code(spark, t
     pipeline.write([("a", 30, 3)], arrival=2)
 
     def plans(previous_watermark: int, watermark: int) -> list[str]:
-        request = {**pipeline.request(2, None, 2), "previous_watermark_ms": previous_watermark}
+        run_id = f"run-{watermark}"  # each run has its own
+        request = {**pipeline.request(2, None, 2), "previous_watermark_ms": previous_watermark, "run_id": run_id}
         job = Job(spark, WindowedRequest.from_json(request))
         events = job.read_events()
         assert events is not None

@@ -276,6 +276,7 @@ def test_rollup_runs_that_differ_only_in_their_cut_offs_generate_the_same_code(s
         request = {
             **rollup.request(upstream.version, watermark, rollup.version + 1),
             "previous_watermark_ms": previous_watermark,
+            "run_id": f"run-{watermark}",  # each run has its own
         }
         job = Job(spark, WindowedRequest.from_json(request))
         classified = job.classify_panes(job.read_panes())
