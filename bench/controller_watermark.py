@@ -11,10 +11,12 @@ The floor of each round is what any implementation must compute, written nativel
 (``max_by``), written as the new writers' state; per stream the min of the writers' times; per (stream,
 segment) the max offset over the writers' exploded positions. It does not validate, quarantine, time writers
 out or order sequences: the job's extra work over it is what the ratio shows. Job and floor run alternately
-(``timing.compare``); each run prints its seconds (best of ``--repeat``), Spark jobs and stages, and the
-job's longest Spark jobs, writes ``bench/results/controller_watermark.json`` (or ``--output``, with every
-Spark job of the job's fastest call: its call site and seconds) and ends with ``ratio=<the worst job/floor
-ratio of the two rounds>``. Optionally a fraction
+(``timing.compare``), each call with the round's ``now`` (and the previous round's) a millisecond later than the
+call before, as every scheduled round has new bounds (the same marks: they are reported 50 ms into a step), so
+both pay what a new bound costs (Spark compiles the code it generates for it). Each run prints its seconds
+(best of ``--repeat``), Spark jobs and stages, and the job's longest Spark jobs, writes
+``bench/results/controller_watermark.json`` (or ``--output``, with every Spark job of the job's fastest call: its
+call site and seconds) and ends with ``ratio=<the worst job/floor ratio of the two rounds>``. Optionally a fraction
 of bad rows (negative times) exercises the quarantine path.
 
 With ``--sequenced`` every mark carries a sequence number (origin = writer, one chunk per sequence), and
@@ -28,6 +30,7 @@ With ``--sequenced`` every mark carries a sequence number (origin = writer, one 
 from __future__ import annotations
 
 import argparse
+import itertools
 import shutil
 import tempfile
 import time
@@ -182,12 +185,16 @@ def main() -> None:
         )
         for key, name, processed_until, now, n in rounds:
             previous = None if processed_until is None else "round_1"
+            calls = itertools.count()  # each call a millisecond later: the same marks (reported 50 ms into a step)
 
-            def floor(lo=processed_until, hi=now, key=key, previous=previous) -> None:
+            def floor(lo=processed_until, hi=now, key=key, previous=previous, calls=calls) -> None:
                 state_in = None if previous is None else str(work / "floor" / previous)
-                floor_round(spark, marks_path, lo, hi, state_in, str(work / "floor" / key))
+                shift = next(calls)
+                lo = None if lo is None else lo + shift
+                floor_round(spark, marks_path, lo, hi + shift, state_in, str(work / "floor" / key))
 
-            def job(key=key, pu=processed_until, previous=previous, now=now) -> None:
+            def job(key=key, pu=processed_until, previous=previous, now=now, calls=calls) -> None:
+                shift = next(calls)
                 run_round(
                     spark,
                     ControllerRequest(
@@ -198,8 +205,8 @@ def main() -> None:
                         state_in=None if previous is None else str(work / "job" / previous / "state"),
                         state_out=str(work / "job" / key / "state"),
                         round_out=str(work / "job" / key / "out"),
-                        now_ms=now,
-                        processed_until_ms=pu,
+                        now_ms=now + shift,
+                        processed_until_ms=None if pu is None else pu + shift,
                         writer_timeout_ms=600_000,
                         initial_delay_ms=0,
                     ),

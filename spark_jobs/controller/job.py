@@ -39,7 +39,7 @@ from spark_jobs.controller.acceptance import (
     write_progress_quarantine,
 )
 from spark_jobs.controller.cut import emitted_cuts
-from spark_jobs.controller.emission import SINGLE_TASK_MARKS, stream_results, writer_rounds
+from spark_jobs.controller.emission import NOW, SINGLE_TASK_MARKS, stream_results, writer_rounds
 from spark_jobs.controller.marks import (
     aggregate_marks,
     count_marks,
@@ -145,7 +145,7 @@ def _run(spark: SparkSession, request: ControllerRequest) -> ControllerManifest:
             F.when(is_emitted, F.col("lower_ms")).otherwise(F.col("wm_lower_ms")).alias("wm_lower_ms"),
             F.when(is_emitted, F.col("upper_ms")).otherwise(F.col("wm_upper_ms")).alias("wm_upper_ms"),
             "wm_cut",
-            F.when(is_emitted, F.lit(request.now_ms)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
+            F.when(is_emitted, F.col(NOW)).otherwise(F.col("wm_computed_at_ms")).alias("wm_computed_at_ms"),
         ).collect()  # one row per watermark and one per watermark and segment: small
 
     quarantine_path = f"{request.round_out}/quarantine"

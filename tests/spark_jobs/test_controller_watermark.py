@@ -25,10 +25,19 @@ from airflow_provider_wm.core.controller import (
 )
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.core.times import MAX_TIME_MS
+from spark_jobs.common import empty_frame
 from spark_jobs.controller import run
-from spark_jobs.controller.emission import SINGLE_TASK_MARKS
-from spark_jobs.controller.marks import is_known, names_unknown_segment, read_segments
-from spark_jobs.controller.schemas import PENDING_STATE_SCHEMA
+from spark_jobs.controller.emission import SINGLE_TASK_MARKS, stream_results, writer_rounds
+from spark_jobs.controller.marks import (
+    aggregate_marks,
+    is_known,
+    names_unknown_segment,
+    read_marks,
+    read_segments,
+    round_marks,
+    with_key,
+)
+from spark_jobs.controller.schemas import PENDING_STATE_SCHEMA, STREAMS_STATE_SCHEMA, WRITERS_STATE_SCHEMA
 from tests.factories import (
     E1,
     ROUND_1,
@@ -39,8 +48,10 @@ from tests.factories import (
     read_state,
     run_spark_round,
     watermark_from_manifest,
+    write_marks,
     write_segments,
 )
+from tests.spark_jobs.codegen import generated_code
 
 SEGMENTS = {"s": SPLIT, "t": THIRDS}
 
@@ -629,6 +640,27 @@ def controller_request(tmp_path: Path, marks_path: str, segments_path: str) -> C
         writer_timeout_ms=600_000,
         initial_delay_ms=0,
     )
+
+
+def test_the_writer_and_watermark_stages_of_rounds_at_another_now_generate_the_same_code(spark, tmp_path):
+    """Spark compiles a stage's code again for every new literal number in it: past the scan of the round's marks
+    (whose report-time filter keeps its literals, for Parquet), the stages read the round's ``now`` as a column
+    (``with_now``), so the next round reuses the code compiled for the last one."""
+    segments, _ = read_segments(spark, write_segments({"s": THIRDS}, tmp_path / "segments"))
+    marks_path = write_marks(ROUND_1, tmp_path / "marks")
+    request = controller_request(tmp_path, marks_path, str(tmp_path / "segments"))
+    groups = aggregate_marks(round_marks(read_marks(spark, marks_path), request, None)).localCheckpoint()
+    writers0 = with_key(empty_frame(spark, WRITERS_STATE_SCHEMA))
+    streams0 = with_key(empty_frame(spark, STREAMS_STATE_SCHEMA))
+
+    def plans(now_ms: int) -> list[str]:
+        rounds = writer_rounds(groups, writers0, streams0, segments, now_ms, writer_timeout_ms=600_000)
+        results = stream_results(spark, streams0, rounds.localCheckpoint(), [], [], now_ms, initial_delay_ms=0)
+        return [generated_code(rounds), generated_code(results)]
+
+    first, second = plans(1_000_000_000), plans(1_000_000_001)
+    assert first == second
+    assert not [plan for plan in first if "1000000000" in plan]
 
 
 def test_a_parquet_timestamp_time_ms_is_read_as_epoch_milliseconds_not_seconds(spark, tmp_path):
