@@ -372,15 +372,23 @@ def observed_below(frame: DataFrame, observed: Observed) -> dict[str, Any] | Non
     return dict(metrics[observed.name]) if observed.name in metrics else None
 
 
-def optimized_plan(frame: DataFrame) -> str:
-    """``frame``'s optimized logical plan as Spark prints it: one operator per line, the root first, each child
-    under its parent behind ``+-`` (the last child) or ``:-``. Example: ``Project [id#0L]`` then
-    ``+- Filter (amount#2 > 0)`` then ``   +- Relation [id#0L,amount#2] parquet``. Taken from the extended
-    explanation, which ``explain`` prints in either kind of session (over Spark Connect, one round trip)."""
+def physical_plan(frame: DataFrame) -> str:
+    """``frame``'s physical plan as Spark prints it: one operator per line, the root first, each child under its
+    parent behind ``+-`` (the last child) or ``:-``, an operator of whole-stage generated code behind ``*(<stage>)``.
+    Example: ``*(1) Project [(id#0L * 2) AS twice#2L]`` then ``+- *(1) Filter (id#0L > 3)`` then
+    ``   +- *(1) Range (0, 10, step=1, splits=2)``. From ``explain``'s simple mode (over Spark Connect, one round
+    trip): it plans the frame as its action would and prints that plan alone, where the extended mode also prints
+    the analyzed and the optimized plans (on the partitions job's write, about 20 ms against 65 ms)."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        frame.explain(mode="extended")
-    return printed.getvalue().split("== Optimized Logical Plan ==", 1)[1].split("\n== ", 1)[0].strip("\n")
+        frame.explain(mode="simple")
+    return printed.getvalue().split("== Physical Plan ==", 1)[1].strip("\n")
+
+
+def plan_operators(plan: str) -> list[str]:
+    """The operator of each line of a printed plan (:func:`physical_plan`), root first. Example: ``Project``,
+    ``Filter``, ``Range`` for the plan of ``physical_plan``'s example."""
+    return [re.sub(r"^\*\(\d+\) ", "", line.lstrip(" :|+-")).split(" ", 1)[0] for line in plan.splitlines()]
 
 
 def conform(frame: DataFrame, schema: StructType, path: str) -> DataFrame:

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from airflow_provider_wm.contracts import PartitionsRequest
 from airflow_provider_wm.core.partitions import local_dates, zone_info
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
-from spark_jobs.common import Observed, optimized_plan
+from spark_jobs.common import Observed, physical_plan, plan_operators
 
 __all__ = [
     "INLINE_UNITS_UP_TO",
@@ -68,7 +68,7 @@ row once (:func:`counts_each_row_once`), else in a scan of their own that writes
 the rows read by unit and reads the written folders back to count them."""
 
 NARROW_OPERATORS = frozenset({"CollectMetrics", "Expand", "Filter", "Generate", "Project"})
-"""Logical operators that compute each row of their one input once, in the task that reads it. Above an
+"""Operators of a physical plan that compute each row of their one input once, in the task that reads it. Above an
 observation, they leave it counting every row it saw, in the write's own tasks, whose metrics Spark applies once
 per partition (a retried task counts once). Not a limit (it may stop early), a join or a union (they may read an
 input twice, or skip it), a global sort (it samples its input first, in a Spark job of its own), nor anything that
@@ -246,14 +246,18 @@ ROWS_READ = "rows_read"
 
 def counts_each_row_once(frame: DataFrame, observation: str) -> bool:
     """Whether computing ``frame`` fills the observation named ``observation`` with counts over every row below
-    it, each once: its optimized plan computes the observation once, and only operators of
-    :data:`NARROW_OPERATORS` above it. Example, over ``source`` observed: ``SELECT id, amount FROM source WHERE
-    amount > 0``, yes (the filter stays above the observation); ``SELECT * FROM source LIMIT 10`` (it may stop
-    early), ``... ORDER BY id`` (sampled, then sorted), a ``GROUP BY`` (a shuffle) or ``source`` joined or unioned
-    with itself, no."""
-    lines = optimized_plan(frame).splitlines()
-    operators = [line.lstrip(" :|+-").split(" ", 1)[0] for line in lines]
-    observed = [i for i, line in enumerate(lines) if line.lstrip(" :|+-").startswith(f"CollectMetrics {observation},")]
+    it, each once: its physical plan (:func:`~spark_jobs.common.physical_plan`) computes the observation once, and
+    only operators of :data:`NARROW_OPERATORS` above it. Example, over ``source`` observed: ``SELECT id, amount
+    FROM source WHERE amount > 0``, yes (the filter stays above the observation); ``SELECT * FROM source LIMIT
+    10`` (it may stop early), ``... ORDER BY id`` (sampled, then sorted), a ``GROUP BY`` (a shuffle), ``source``
+    joined or unioned with itself, or read again in a subquery, no."""
+    plan = physical_plan(frame)
+    operators = plan_operators(plan)
+    observed = [
+        i
+        for i, (operator, line) in enumerate(zip(operators, plan.splitlines(), strict=True))
+        if operator == "CollectMetrics" and f" CollectMetrics {observation}, " in f" {line}"
+    ]
     return len(observed) == 1 and all(operator in NARROW_OPERATORS for operator in operators[: observed[0]])
 
 

@@ -17,7 +17,8 @@ from spark_jobs.common import (
     local_frame,
     observe,
     observed_below,
-    optimized_plan,
+    physical_plan,
+    plan_operators,
 )
 
 
@@ -87,13 +88,15 @@ def test_a_local_frame_holds_the_driver_rows_in_the_schemas_order_and_types(spar
     assert local_frame(spark, [], schema).count() == 0
 
 
-def test_an_optimized_plan_prints_the_root_first_and_each_child_under_its_parent(spark):
+def test_a_physical_plan_prints_the_root_first_and_each_child_under_its_parent(spark):
     frame = spark.range(10).where("id > 3").selectExpr("id * 2 AS twice")
 
-    lines = optimized_plan(frame).splitlines()
+    plan = physical_plan(frame)
 
-    assert [line.lstrip(" :|+-").split(" ", 1)[0] for line in lines] == ["Project", "Filter", "Range"]
-    assert lines[1].startswith("+- ") and lines[2].startswith("   +- ")
+    assert plan_operators(plan) == ["Project", "Filter", "Range"]
+    lines = plan.splitlines()
+    assert lines[0].startswith("*(1) Project ")  # in whole-stage generated code
+    assert lines[1].startswith("+- *(1) Filter ") and lines[2].startswith("   +- *(1) Range ")
 
 
 def test_metrics_observed_below_a_view_are_read_from_the_write_that_computed_them(spark, tmp_path):

@@ -314,10 +314,12 @@ def test_a_re_execution_counts_each_units_rows_written_and_removes_the_output_of
 
 def test_an_observation_counts_each_row_once_under_projections_filters_and_generators_only(spark):
     observed = spark.range(10).observe(Observation("seen"), F.count(F.lit(1)).alias("n"))
+    observed.createOrReplaceTempView("observed_ids")
 
     once = [
         observed.selectExpr("id * 2 AS twice"),
         observed.where("id > 3").selectExpr("explode(array(id, -id)) AS signed"),
+        spark.sql("SELECT id, id % 2 AS odd FROM observed_ids WHERE id > 1"),
     ]
     not_once = [
         observed.limit(3),  # may stop early
@@ -328,6 +330,7 @@ def test_an_observation_counts_each_row_once_under_projections_filters_and_gener
         observed.join(observed.withColumnRenamed("id", "other"), F.col("id") == F.col("other")),  # twice
         observed.where("false"),  # the optimizer drops the observation: never
         spark.range(3).join(observed, "id"),  # a join: may skip rows
+        spark.sql("SELECT id FROM observed_ids WHERE id > (SELECT avg(id) FROM observed_ids)"),  # twice: a subquery
     ]
 
     assert [counts_each_row_once(frame, "seen") for frame in once] == [True] * len(once)
