@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: setup browser demo airflow test lint docs bench bench-partitions bench-windows bench-rollup bench-page bench-latency clean
 
@@ -41,7 +42,12 @@ lint: setup
 docs: setup
 	$(BIN)/mkdocs build --strict --site-dir site
 
-bench: setup
+# The bench extra (DuckDB, the controller bench's single-node reference).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: setup $(BENCH_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python bench/controller_watermark.py
 
 bench-partitions: setup

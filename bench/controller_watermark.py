@@ -19,6 +19,10 @@ both pay what a new bound costs (Spark compiles the code it generates for it). E
 call site and seconds) and ends with ``ratio=<the worst job/floor ratio of the two rounds>``. Optionally a fraction
 of bad rows (negative times) exercises the quarantine path.
 
+With DuckDB installed (the ``bench`` extra), each round also runs the floor's work in DuckDB over the same Parquet
+(:func:`duckdb_round`, as many threads as the master has cores) after the Spark calls: the single-node limit of
+that work, reported beside the floor (no target); its watermarks and cuts must equal the Spark floor's.
+
 With ``--sequenced`` every mark carries a sequence number (origin = writer, one chunk per sequence), and
 10% of round 1's marks (every other mark of its last fifth) are uploaded late, in round 2's window: round
 1 applies each writer's gap-free prefix and keeps the rest waiting in its state; round 2 fills the gaps.
@@ -31,14 +35,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from timing import compare, write_results
+from timing import best_of, compare, write_results
 
 from airflow_provider_wm.contracts import ControllerRequest
 from airflow_provider_wm.contracts.jobs import CLASSIC_CONF
@@ -113,24 +120,92 @@ def marks(
     return spark.range(n).select(*columns)
 
 
-def floor_round(spark: SparkSession, marks_path: str, lo: int | None, hi: int, state_in: str | None, out: str) -> None:
-    """The native floor of one round (see the module docstring)."""
+FLOOR_COLUMNS = ("stream", "writer_id", "time_ms", "position", "reported_at_ms")
+"""What the floor reads of a mark (and of the writers' state)."""
+
+
+def floor_round(
+    spark: SparkSession, marks_path: str, lo: int | None, hi: int, state_in: str | None, out: str
+) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
+    """The native floor of one round (see the module docstring): the watermark per stream and the stream cut per
+    (stream, segment) that the driver reads."""
     reported = F.col("reported_at_ms")
     in_round = spark.read.parquet(marks_path).where(
         (reported <= hi) & (reported > lo) if lo is not None else reported <= hi
     )
-    columns = ["stream", "writer_id", "time_ms", "position", "reported_at_ms"]
-    candidates = in_round.select(*columns)
+    candidates = in_round.select(*FLOOR_COLUMNS)
     if state_in is not None:
-        candidates = candidates.unionByName(spark.read.parquet(state_in).select(*columns))
+        candidates = candidates.unionByName(spark.read.parquet(state_in).select(*FLOOR_COLUMNS))
     latest = candidates.groupBy("stream", "writer_id").agg(
         F.max_by(F.struct("time_ms", "position", "reported_at_ms"), "reported_at_ms").alias("m")
     )
     latest.select("stream", "writer_id", "m.*").write.mode("overwrite").parquet(out)
     writers = spark.read.parquet(out)
-    writers.groupBy("stream").agg(F.min("time_ms")).collect()  # the driver reads the watermarks
+    watermarks = writers.groupBy("stream").agg(F.min("time_ms")).collect()  # small: one row per stream
     offsets = writers.select("stream", F.explode("position").alias("segment_id", "offset"))
-    offsets.groupBy("stream", "segment_id").agg(F.max("offset")).collect()  # ... and the stream cuts
+    cuts = offsets.groupBy("stream", "segment_id").agg(F.max("offset")).collect()  # small: a row per segment
+    return {r[0]: r[1] for r in watermarks}, {(r[0], r[1]): r[2] for r in cuts}
+
+
+def duckdb_round(
+    connection: Any, marks_path: str, lo: int | None, hi: int, state_in: str | None, out: str
+) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
+    """:func:`floor_round` in DuckDB over the same Parquet (the single-node limit of the same work, for reference):
+    the latest mark per writer (``max_by``) written as Parquet, then read back for the watermarks and the cuts."""
+    columns = ", ".join(FLOOR_COLUMNS)
+    bound = f"reported_at_ms <= {hi}" + ("" if lo is None else f" AND reported_at_ms > {lo}")
+    candidates = f"SELECT {columns} FROM read_parquet('{marks_path}/*.parquet') WHERE {bound}"
+    if state_in is not None:
+        candidates += f" UNION ALL SELECT {columns} FROM read_parquet('{state_in}/*.parquet')"
+    shutil.rmtree(out, ignore_errors=True)
+    Path(out).mkdir(parents=True)
+    connection.execute(
+        f"COPY (SELECT stream, writer_id, m.time_ms, m.position, m.reported_at_ms FROM (SELECT stream, writer_id, "
+        f"max_by({{'time_ms': time_ms, 'position': position, 'reported_at_ms': reported_at_ms}}, reported_at_ms) "
+        f"AS m FROM ({candidates}) GROUP BY stream, writer_id)) TO '{out}/part-0.parquet' (FORMAT parquet)"
+    )
+    written = f"read_parquet('{out}/*.parquet')"
+    watermarks = connection.execute(f"SELECT stream, min(time_ms) FROM {written} GROUP BY stream").fetchall()
+    cuts = connection.execute(
+        f"SELECT stream, segment_id, max(offset_) FROM (SELECT stream, unnest(map_keys(position)) AS segment_id, "
+        f"unnest(map_values(position)) AS offset_ FROM {written}) GROUP BY stream, segment_id"
+    ).fetchall()
+    return {r[0]: r[1] for r in watermarks}, {(r[0], r[1]): r[2] for r in cuts}
+
+
+def duckdb_connection(master: str) -> Any:
+    """A DuckDB connection with as many threads as ``master`` has cores (``local[2]``: 2), or ``None`` when DuckDB
+    is not installed (``pip install -e '.[bench]'``)."""
+    try:
+        import duckdb
+    except ImportError:
+        return None
+    cores = re.fullmatch(r"local\[(\d+)\]", master)
+    threads = int(cores.group(1)) if cores else 1 if master == "local" else os.cpu_count() or 1
+    return duckdb.connect(config={"threads": threads})
+
+
+def duckdb_reference(
+    connection: Any,
+    repeat: int,
+    expected: tuple[dict[str, int], dict[tuple[str, int], int]],
+    marks_path: str,
+    lo: int | None,
+    hi: int,
+    work: Path,
+    key: str,
+    previous: str | None,
+) -> dict[str, Any]:
+    """The best of ``repeat`` calls of :func:`duckdb_round` after an untimed one whose watermarks and cuts must equal
+    the Spark floor's (``expected``)."""
+    state_in = None if previous is None else str(work / "duckdb" / previous)
+    out = str(work / "duckdb" / key)
+    outputs = duckdb_round(connection, marks_path, lo, hi, state_in, out)
+    if outputs != expected:
+        raise SystemExit(f"the DuckDB floor of {key} differs from the Spark floor: {outputs} != {expected}")
+    seconds = best_of(repeat, lambda: duckdb_round(connection, marks_path, lo, hi, state_in, out))
+    threads = connection.execute("SELECT current_setting('threads')").fetchone()[0]
+    return {"seconds": seconds, "threads": int(threads), "version": connection.execute("PRAGMA version").fetchone()[0]}
 
 
 def main() -> None:
@@ -178,7 +253,11 @@ def main() -> None:
             ("round_1", f"round 1 (no state){label}", None, now1, args.marks),
             ("round_2", f"round 2 (steady state){label}", now1, now2, second),
         ]
-        results = {}
+        results: dict[str, dict[str, Any]] = {}
+        floor_outputs: dict[str, tuple[dict[str, int], dict[tuple[str, int], int]]] = {}
+        duckdb = duckdb_connection(args.master)
+        if duckdb is None:
+            print("DuckDB is not installed (pip install -e '.[bench]'): no DuckDB floor")
         print(
             f"\n{'':<34} {'marks':>12} {'job s':>7} {'jobs':>5} {'stages':>6}"
             f" {'floor s':>8} {'jobs':>5} {'stages':>6} {'ratio':>6}"
@@ -191,7 +270,7 @@ def main() -> None:
                 state_in = None if previous is None else str(work / "floor" / previous)
                 shift = next(calls)
                 lo = None if lo is None else lo + shift
-                floor_round(spark, marks_path, lo, hi + shift, state_in, str(work / "floor" / key))
+                floor_outputs[key] = floor_round(spark, marks_path, lo, hi + shift, state_in, str(work / "floor" / key))
 
             def job(key=key, pu=processed_until, previous=previous, now=now, calls=calls) -> None:
                 shift = next(calls)
@@ -221,6 +300,16 @@ def main() -> None:
                 f" {floor_m.seconds:>8.2f} {floor_m.jobs:>5} {floor_m.stages:>6} {ratio:>6.2f}"
             )
             print(job_m.summary())
+            if duckdb is not None:  # for reference, after the Spark calls: none of them shares the cores with it
+                reference = duckdb_reference(
+                    duckdb, args.repeat, floor_outputs[key], marks_path, processed_until, now, work, key, previous
+                )
+                results[key]["duckdb"] = reference
+                print(
+                    f"    DuckDB floor {reference['seconds']:.2f}s ({reference['threads']} threads): job / DuckDB "
+                    f"{job_m.seconds / reference['seconds']:.2f}, floor / DuckDB "
+                    f"{floor_m.seconds / reference['seconds']:.2f}"
+                )
         worst = max(r["ratio"] for r in results.values())
         document = {
             "mode": f"classic session, {args.master}",

@@ -30,27 +30,35 @@ def _seconds(value: float) -> str:
 
 def _controller(document: dict[str, Any]) -> str:
     labels = {"round_1": "first (no state)", "round_2": "steady state (with stored state)"}
+    duckdb = [row["duckdb"] for row in document["rounds"].values() if "duckdb" in row]
     lines = [
         f"From `bench/results/{document['benchmark']}.json` (`--marks {document['marks']}"
         f"{' --sequenced' if document.get('sequenced') else ''}`, {document['writers']:,} writers, best of "
         f"{document['repeat']}, {document['mode']}):",
         "",
-        "| round | marks | job | jobs / stages | floor | jobs / stages | ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| round | marks | job | jobs / stages | floor | jobs / stages | ratio |"
+        + (" DuckDB floor |" if duckdb else ""),
+        "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if duckdb else ""),
     ]
     missed = []
     target = CONTROLLER_SEQUENCED_TARGET if document.get("sequenced") else CONTROLLER_TARGET
     for key, row in document["rounds"].items():
         job, floor = row["job"], row["floor"]
+        reference = f" {_seconds(row['duckdb']['seconds'])} |" if "duckdb" in row else (" |" if duckdb else "")
         lines.append(
             f"| {labels.get(key, key)} | {row['marks']:,} | {_seconds(job['seconds'])} | {job['jobs']} / "
             f"{job['stages']} | {_seconds(floor['seconds'])} | {floor['jobs']} / {floor['stages']} | "
-            f"{row['ratio']:.2f} |"
+            f"{row['ratio']:.2f} |{reference}"
         )
         if row["ratio"] > target:
             missed.append(labels.get(key, key))
     verdict = "met" if not missed else "missed by: " + ", ".join(missed)
     lines += ["", f"Target: ratio <= {target:g} in every round; {verdict}."]
+    if duckdb:
+        lines[-1] += (
+            f" DuckDB floor (for reference, not a target): the floor's work in DuckDB {duckdb[0]['version']} over the "
+            f"same Parquet, {duckdb[0]['threads']} threads."
+        )
     return "\n".join(lines)
 
 
