@@ -60,10 +60,18 @@ def get_session() -> SparkSession:
     return SparkSession.builder.getOrCreate()
 
 
+PARQUET_TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
+"""How Spark writes a timestamp column to Parquet. Its default, ``INT96``, is deprecated by Parquet and read by
+other engines (pyarrow, pandas, DuckDB) as a time without a zone; a job writes ``TIMESTAMP_MICROS`` (a UTC instant
+to every reader) unless the submitter chose ``TIMESTAMP_MILLIS``. The events' own columns in a late output or a
+partitions target keep their zone so."""
+
+
 @contextlib.contextmanager
 def job_session(spark: SparkSession) -> Iterator[None]:
-    """The session as a job runs on it: its SQL time zone UTC, the thread's active session, and under a local
-    master its file listings on the driver (:func:`list_files_on_driver`).
+    """The session as a job runs on it: its SQL time zone UTC, Parquet timestamps written as ``TIMESTAMP_MICROS``
+    (:data:`PARQUET_TIMESTAMPS`), the thread's active session, and under a local master its file listings on the
+    driver (:func:`list_files_on_driver`).
 
     Times in the data contracts are UTC: a timestamp without a zone (Parquet ``TIMESTAMP_NTZ``, what pandas
     writes for naive datetimes) or an ISO string without an offset is read as UTC whatever the cluster's default
@@ -74,6 +82,8 @@ def job_session(spark: SparkSession) -> Iterator[None]:
     with the job's other frames fails with SESSION_NOT_SAME. A classic session needs nothing.
     """
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    if spark.conf.get(PARQUET_TIMESTAMPS) == "INT96":
+        spark.conf.set(PARQUET_TIMESTAMPS, "TIMESTAMP_MICROS")
     list_files_on_driver(spark)
     registry = getattr(type(spark), "_active_session", None)
     if not isinstance(registry, threading.local):

@@ -224,11 +224,14 @@ def test_runs_fire_on_time_then_late_panes_commit_the_state_and_count_too_late_e
         (15 * MINUTE, "orders"),
         (60 * MINUTE, "orders"),
     ]
-    late = pq.read_table(tmp_path / "panes_late").to_pylist()
-    assert sorted((r["wm_run"], r["reason"], r["amount"]) for r in late) == [
+    late = pq.read_table(tmp_path / "panes_late")
+    assert sorted((r["wm_run"], r["reason"], r["amount"]) for r in late.to_pylist()) == [
         (1, "INVALID_EVENT_TIME", 1),
         (3, "TOO_LATE", 1000),
     ]
+    # the events' own timestamps keep their zone for every reader (not Spark's default INT96, read as zone-less)
+    assert late.schema.field("event_time").type == pa.timestamp("us", tz="UTC")
+    assert T0 + timedelta(minutes=2) in late.column("event_time").to_pylist()
 
     # an older interval run after a newer one (catch-up, a manual run) has nothing to do and changes nothing
     third = committed("revenue_a")
