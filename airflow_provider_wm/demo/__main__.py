@@ -45,7 +45,6 @@ def _prepare_environment() -> None:
     os.environ["WM_EXAMPLE_BASE"] = str(DEMO_DIR / "data")
     os.environ.setdefault("WM_EXAMPLE_SENSOR_TIMEOUT", "3")  # each run follows the one that publishes
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
