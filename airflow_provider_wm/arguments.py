@@ -19,27 +19,30 @@ __all__ = [
     "emit_partition_keys_argument",
     "events_format_argument",
     "kept_apart",
+    "location_argument",
     "one_task_at_a_time",
     "require_bool",
     "require_paths",
     "spark_conf_argument",
     "storage_options_argument",
-    "store_path_argument",
     "wait_seconds_argument",
 ]
 
 
 def require_paths(**paths: Any) -> None:
-    """Every value must be a non-empty path or URL.
+    """Every value must be a location: an absolute path or a URL (:func:`location_argument`).
 
     >>> require_paths(store_path="/data/wm", source=" ")
     Traceback (most recent call last):
     ...
     ValueError: source=' ' must be a non-empty path or URL
+    >>> require_paths(output="out/panes")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: output='out/panes' must be an absolute path or a URL such as s3://bucket/wm: a relative path ...
     """
     for argument, value in paths.items():
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{argument}={value!r} must be a non-empty path or URL")
+        location_argument(value, argument)
 
 
 def add_asset_outlet(asset: Any, kwargs: MutableMapping[str, Any]) -> None:
@@ -176,21 +179,23 @@ def _comparable(path: str) -> str:
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(.*)$", re.DOTALL)
 
 
-def store_path_argument(value: Any, argument: str = "store_path") -> str:
-    """The watermark store: an absolute local path or a URL ``scheme://...``; a template is checked when rendered.
+def location_argument(value: Any, argument: str = "store_path") -> str:
+    """A dataset or the watermark store: an absolute local path or a URL ``scheme://...``; a template is checked
+    when rendered.
 
     A relative path would resolve against each process's working directory (the scheduler's, a worker's, the
-    Spark driver's), so the runs would not share one store. A ``scheme:`` without ``//`` (but ``file:/path``) is
-    a typo of a URL: fsspec would take ``s3:/bucket`` as a local folder named ``s3:``. Of a chained URL
-    (``simplecache::s3://bucket/wm``) the last link is checked.
+    Spark driver's or Spark Connect server's), so the runs would not share one store, and a job's outputs would
+    land in two places (what the task writes and what Spark writes). A ``scheme:`` without ``//`` (but
+    ``file:/path``) is a typo of a URL: fsspec would take ``s3:/bucket`` as a local folder named ``s3:``. Of a
+    chained URL (``simplecache::s3://bucket/wm``) the last link is checked.
 
-    >>> store_path_argument("s3://lake/wm"), store_path_argument("/data/wm")
+    >>> location_argument("s3://lake/wm"), location_argument("/data/wm")
     ('s3://lake/wm', '/data/wm')
-    >>> store_path_argument("data/wm")  # doctest: +ELLIPSIS
+    >>> location_argument("data/wm")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: store_path='data/wm' must be an absolute path or a URL such as s3://bucket/wm: a relative path ...
-    >>> store_path_argument("s3:/lake/wm")
+    >>> location_argument("s3:/lake/wm")
     Traceback (most recent call last):
     ...
     ValueError: store_path='s3:/lake/wm' is not a URL: write s3://...

@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk import Asset
 
 from airflow_provider_wm import arguments
-from airflow_provider_wm.arguments import add_asset_outlet, require_paths, store_path_argument, wait_seconds_argument
+from airflow_provider_wm.arguments import add_asset_outlet, location_argument, require_paths, wait_seconds_argument
 
 
 def test_docstring_examples_hold():
@@ -22,6 +22,12 @@ def test_docstring_examples_hold():
 def test_a_missing_path_is_rejected_naming_the_argument(value):
     with pytest.raises(ValueError, match=f"target={value!r} must be a non-empty path"):
         require_paths(store_path="/wm", target=value)
+
+
+@pytest.mark.parametrize("value", ["data/orders", "./orders", "s3:lake/orders"])
+def test_a_relative_path_or_a_broken_url_is_rejected_naming_the_argument(value):
+    with pytest.raises(ValueError, match=rf"^marks_path={re.escape(repr(value))} (must be an absolute|is not a URL)"):
+        require_paths(store_path="/wm", marks_path=value)
 
 
 def test_the_asset_is_added_after_the_authors_outlets():
@@ -47,7 +53,7 @@ def test_the_asset_is_added_after_the_authors_outlets():
     ],
 )
 def test_absolute_paths_urls_chained_urls_and_templates_are_stores(path):
-    assert store_path_argument(path) == path
+    assert location_argument(path) == path
 
 
 @pytest.mark.parametrize(
@@ -62,7 +68,7 @@ def test_absolute_paths_urls_chained_urls_and_templates_are_stores(path):
 )
 def test_a_relative_path_or_a_malformed_url_is_no_store(path, message):
     with pytest.raises(ValueError, match=message):
-        store_path_argument(path)
+        location_argument(path)
 
 
 @pytest.mark.parametrize("value", [0, 2.5, timedelta(hours=1)])

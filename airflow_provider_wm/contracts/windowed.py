@@ -30,7 +30,8 @@ class WindowedRequest(JobRequest):
     ``spec`` is :meth:`AggregationSpec.to_json`; ``source_watermark_ms`` the store's watermark the operator
     read (or the merged inputs' coalesced one). ``fired_hours``: report the hours of the windows that fired.
     ``driver_output_rows``: the most windows whose panes and state the job writes from its driver
-    (:data:`~airflow_provider_wm.contracts.jobs.DRIVER_OUTPUT_ROWS`; 0: always with Spark)."""
+    (:data:`~airflow_provider_wm.contracts.jobs.DRIVER_OUTPUT_ROWS`; 0: always with Spark). ``allow_missing_events``:
+    an events path that does not exist is a run with no events (else the run fails, naming it)."""
 
     job: ClassVar[str] = "windowed_aggregate"
     pipeline: str
@@ -56,6 +57,7 @@ class WindowedRequest(JobRequest):
     live_out: str | None = None
     fired_hours: bool = False
     driver_output_rows: int = DRIVER_OUTPUT_ROWS
+    allow_missing_events: bool = False
 
 
 @dataclass(frozen=True)

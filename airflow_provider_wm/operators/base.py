@@ -25,8 +25,8 @@ from airflow_provider_wm.arguments import (
     add_asset_outlet,
     asset_argument,
     one_task_at_a_time,
+    require_paths,
     spark_conf_argument,
-    store_path_argument,
 )
 from airflow_provider_wm.contracts import JobManifest, JobRequest
 from airflow_provider_wm.documents import exists
@@ -121,7 +121,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
     ) -> None:
         add_asset_outlet(asset_argument(asset), kwargs)
         super().__init__(max_active_tis_per_dag=one_task_at_a_time(max_active_tis_per_dag), **kwargs)
-        store_path_argument(store_path)
+        require_paths(store_path=store_path)
         if logical_time is not None and not is_templated(logical_time):
             to_epoch_ms(logical_time, "logical_time")
         if spark_conn_id is not None and (not isinstance(spark_conn_id, str) or not spark_conn_id.strip()):
@@ -172,6 +172,12 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         """The XCom of a run covered by a later one; it changes nothing."""
         raise NotImplementedError
 
+    def locations(self) -> dict[str, str]:
+        """The paths and URLs the operator reads and writes, by argument name (the store's too), as rendered:
+        :meth:`execute` checks them again (:func:`~airflow_provider_wm.arguments.require_paths`), as a templated
+        one is checked only once rendered."""
+        return {"store_path": self.store_path}
+
     def snapshot_paths(self, committed: StateT) -> dict[str, str | None]:
         """The files the committed state points to, by the name of their field: each must exist."""
         return {}
@@ -217,7 +223,7 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         return now_ms
 
     def execute(self, context: Context) -> dict[str, Any]:
-        store_path_argument(self.store_path)  # once more as rendered: a template is checked only now
+        require_paths(**self.locations())  # once more as rendered: a template is checked only now
         now_ms = self.round_time_ms(context)
         committed = self.read_committed(context)
         until = None if committed is None else self.covered_until(committed)

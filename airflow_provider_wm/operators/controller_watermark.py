@@ -83,6 +83,9 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
     def state_name(self) -> str:
         return self.controller
 
+    def locations(self) -> dict[str, str]:
+        return {**super().locations(), "marks_path": self.marks_path, "segments_path": self.segments_path}
+
     def lineage(self, document: ControllerCutoff, summary: dict[str, Any] | None) -> RunLineage:
         """Reads the marks and segments, writes the store's streams; late: marks that came after their round,
         quarantined: rejected and quarantined marks."""

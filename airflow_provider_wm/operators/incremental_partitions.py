@@ -214,6 +214,9 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     def state_name(self) -> str:
         return self.pipeline
 
+    def locations(self) -> dict[str, str]:
+        return {**super().locations(), "source": self.source, "target": self.target}
+
     def lineage(self, document: PipelineState, summary: dict[str, Any] | None) -> RunLineage:
         """Reads the source, writes the target partitions and the quarantine; the watermark is the output
         watermark (every partition before it done in every unit), quarantined: the bad rows this run set aside.

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context, XComArg
 
-from airflow_provider_wm.arguments import require_paths, store_path_argument
+from airflow_provider_wm.arguments import location_argument, require_paths
 from airflow_provider_wm.core.reader import TimeWindow
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
@@ -189,7 +189,7 @@ class ReaderTimeWindowOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.stream = validate_name(stream, "stream")
-        store_path_argument(store_path)
+        location_argument(store_path)
         require_paths(segments_path=segments_path)
         if not isinstance(position, XComArg) and not is_templated(position):
             if not isinstance(position, (str, Mapping)):

@@ -54,6 +54,7 @@ from airflow_provider_wm.operators.windowed_arguments import (
     read_per_run,
     session,
     sliding,
+    source_locations,
     tumbling,
 )
 from airflow_provider_wm.state import WINDOWED_STATE, WindowedState, covered_run, read_windowed_state
@@ -163,6 +164,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         of one Spark write each; more windows, or a folder fsspec cannot write, are written by Spark. ``0``: always
         by Spark (for storage only Spark's Hadoop file systems reach). The manifest's ``writer`` says which wrote
         them.
+    :param allow_missing_events: an ``events`` path that does not exist is a run with no events, with a warning.
+        Off by default: the run fails naming the path, as a mistyped path would otherwise advance the cut-off past
+        the events that arrived there. For a per-run folder that the producer writes only when it has events; an
+        existing empty folder is a run with no events either way. (A merge's inputs must each have written data.)
     """
 
     template_fields: Sequence[str] = template_fields_of("events", "inputs", "output_path", "late_output")
@@ -200,14 +205,19 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         output_stream: str | None = None,
         emit_partition_keys: bool = False,
         driver_output_rows: int = DRIVER_OUTPUT_ROWS,
+        allow_missing_events: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(store_path=store_path, **kwargs)
         self.emit_partition_keys = emit_partition_keys_argument(emit_partition_keys, self.asset)
         self.driver_output_rows = count_argument(driver_output_rows, "driver_output_rows")
         require_bool(
-            early_firing=early_firing, late_firing=late_firing, fire_only_updated_panes=fire_only_updated_panes
+            early_firing=early_firing,
+            late_firing=late_firing,
+            fire_only_updated_panes=fire_only_updated_panes,
+            allow_missing_events=allow_missing_events,
         )
+        self.allow_missing_events = allow_missing_events
         self.pipeline = validate_name(pipeline, "pipeline")
         self.output_stream = validate_name(pipeline if output_stream is None else output_stream, "output_stream")
         upstream_panes = self._upstream_panes(upstream)
@@ -230,8 +240,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             check_rollup_arguments(upstream_panes, self.pipeline, event_time, arrival_column, events_format)
         if watermark is None:
             raise ValueError("watermark=None: give {'stream': name} or {'max_delay': duration}")
-        sources = {f"inputs[{i['name']!r}].events": i["events"] for i in self.inputs} or {"events": events}
-        self.late_output = output_paths(output, late_output, store_path, sources)
+        self.late_output = output_paths(output, late_output, store_path, source_locations(self.inputs, events))
         self.spec = AggregationSpec(
             window=window,
             aggregates=parse_aggregates(aggregates, [i["name"] for i in self.inputs]),
@@ -275,6 +284,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
 
     def state_name(self) -> str:
         return self.pipeline
+
+    def locations(self) -> dict[str, str]:
+        sources = source_locations(self.inputs, self.events)
+        return {**super().locations(), **sources, "output": self.output_path, "late_output": self.late_output}
 
     def read_committed(self, context: Context) -> WindowedState | None:
         committed = super().read_committed(context)
@@ -342,6 +355,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             "round_out": store.pipeline_url(self.pipeline, "runs", f"v{version}"),
             "fired_hours": self.emit_partition_keys,
             "driver_output_rows": self.driver_output_rows,
+            "allow_missing_events": self.allow_missing_events,
             **rollup,
         }
         request = WindowedRequest.from_json(fields)  # a rendered template of the wrong type fails here

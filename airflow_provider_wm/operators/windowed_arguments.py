@@ -42,6 +42,7 @@ __all__ = [
     "read_per_run",
     "session",
     "sliding",
+    "source_locations",
     "tumbling",
     "when_all_idle_argument",
 ]
@@ -260,6 +261,15 @@ def read_per_run(events: str, arrival_column: str | None, prefix: str = "") -> N
             "the whole path again and counts its events again, so the events path must be templated per run "
             "(e.g. '.../ingest_date={{ ds }}'), or name the arrival_column"
         )
+
+
+def source_locations(inputs: Sequence[Mapping[str, Any]], events: str | None) -> dict[str, Any]:
+    """What an aggregate reads, by argument name: each merged input's events, else ``events``.
+
+    >>> source_locations([{"name": "a", "events": "/data/a"}], None)
+    {"inputs['a'].events": '/data/a'}
+    """
+    return {f"inputs[{i['name']!r}].events": i["events"] for i in inputs} or {"events": events}
 
 
 def output_paths(output: str, late_output: str | None, store_path: str, sources: Mapping[str, Any]) -> str:

@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import (
 )
 from airflow.triggers.base import BaseTrigger
 
-from airflow_provider_wm.arguments import require_bool, store_path_argument, wait_seconds_argument
+from airflow_provider_wm.arguments import location_argument, require_bool, wait_seconds_argument
 
 __all__ = ["DEFERRAL_MARGIN", "DeferrableStoreSensor", "StoreReadError"]
 
@@ -64,7 +64,7 @@ class DeferrableStoreSensor(BaseSensorOperator):
         raise NotImplementedError
 
     def execute(self, context: Context) -> Any:
-        store_path_argument(self.store_path)  # once more as rendered: a template is checked only now
+        location_argument(self.store_path)  # once more as rendered: a template is checked only now
         if not self.deferrable:
             return super().execute(context)
         # the first poke, handled as BaseSensorOperator.execute handles each of its pokes

@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.arguments import require_bool, storage_options_argument, store_path_argument
+from airflow_provider_wm.arguments import location_argument, require_bool, storage_options_argument
 from airflow_provider_wm.core.partitions import FIRST_PENDING, check_completeness
 from airflow_provider_wm.hooks.watermark_store import (
     PipelineKindError,
@@ -88,7 +88,7 @@ class PartitionWatermarkSensor(DeferrableStoreSensor):
         super().__init__(**kwargs)
         if not is_templated(pipeline):
             validate_name(pipeline, "pipeline")
-        store_path_argument(store_path)
+        location_argument(store_path)
         start_ms = None if start is None or is_templated(start) else to_epoch_ms(start, "start")
         end_ms = None if end is None or is_templated(end) else to_epoch_ms(end, "end")
         if start_ms is not None and end_ms is not None:

@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_wm.arguments import require_bool, storage_options_argument, store_path_argument
+from airflow_provider_wm.arguments import location_argument, require_bool, storage_options_argument
 from airflow_provider_wm.contracts import WatermarkReached, describe_reached
 from airflow_provider_wm.core.coalescing import AllIdlePolicy, check_policy, check_watermarks
 from airflow_provider_wm.core.names import Input, parse_inputs
@@ -112,7 +112,7 @@ class StreamWatermarkSensor(DeferrableStoreSensor):
         if streams is not None and not is_templated(streams):
             parse_inputs(streams, "streams", skip=[entry for entry in streams if is_templated(entry)])
             streams = list(streams)
-        store_path_argument(store_path)
+        location_argument(store_path)
         if threshold is not None and not is_templated(threshold):
             to_epoch_ms(threshold, "threshold")
         self.idle_timeout_ms = None if idle_timeout is None else duration_ms(idle_timeout, "idle_timeout")

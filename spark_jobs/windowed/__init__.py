@@ -8,9 +8,10 @@ A run reads a request (JSON, written by the operator) and:
 1. reads the events that arrived since the previous run: ``arrival_from < arrival <= arrival_until`` on the
    arrival column (a filter on a partition column prunes partitions), and the rows whose arrival is null,
    unparseable or not a valid time (rule 0 of :mod:`~airflow_provider_wm.core.windowing`,
-   :func:`~airflow_provider_wm.core.windowing.read_by_run`); a missing events path or a folder with no data
-   file yet is a run with no events; a merge of several ``inputs`` reads each one so and unions them, each
-   input's columns prefixed with its name (:func:`merge_inputs`);
+   :func:`~airflow_provider_wm.core.windowing.read_by_run`); a folder with no data file yet is a run with no
+   events, and so is a missing events path only with ``allow_missing_events`` (else the run fails, naming it:
+   :func:`~spark_jobs.windowed.events.missing_events`); a merge of several ``inputs`` reads each one so and
+   unions them, each input's columns prefixed with its name (:func:`merge_inputs`);
 2. classifies each row: ``INVALID_ARRIVAL`` (see below), ``INVALID_EVENT_TIME`` (a null, unparseable or
    out-of-range time, :func:`~spark_jobs.common.invalid_time`), ``INVALID_VALUE`` (NaN or +/-infinity in a
    float or double column a built-in aggregate reads, ``core.windowing.values_are_usable``: a flag computed as

@@ -4,6 +4,7 @@ accepted ones per (keys, window)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -21,7 +22,7 @@ from airflow_provider_wm.core.windowing import (
     input_column,
 )
 from airflow_provider_wm.core.windows import GLOBAL_END, GLOBAL_START, Global, Session, Sliding, Tumbling
-from spark_jobs.common import read_dataset_and_schema
+from spark_jobs.common import path_exists, read_dataset_and_schema
 from spark_jobs.sql_text import case, ident, invalid_time, number, string, time_ms, timestamp
 from spark_jobs.windowed.base import (
     _SESSION_PARKING_MS,
@@ -35,6 +36,8 @@ from spark_jobs.windowed.base import (
     unusable_value,
     with_cut_offs,
 )
+
+log = logging.getLogger(__name__)
 
 TIME_SEEN_REASONS = (*TOO_LATE_REASONS, LateReason.INVALID_VALUE.value)
 """The quarantined rows whose valid time counts in the run's highest event time (rule 3), as accepted ones do."""
@@ -81,6 +84,20 @@ def _pushable(raw: str, data_type: Any, since: int | None, until: int) -> str:
     return f"({in_range}) OR {raw} IS NULL OR {raw} < {literal(MIN_TIME_MS)} OR {raw} > {literal(MAX_TIME_MS)}"
 
 
+def missing_events(path: str, allowed: bool) -> None:
+    """An events path that does not exist fails the run, unless ``allowed`` (``allow_missing_events``): then it is a
+    run with no events, and a warning names it. A run that read nothing from a mistyped path would still advance
+    the cut-off, and the events that arrived before it would never be read once the path is put right; an
+    existing empty folder is a run with no events either way."""
+    if not allowed:
+        raise ValueError(
+            f"events={path!r} does not exist: create it (an empty folder is a run with no events), or set "
+            "allow_missing_events=True where a missing folder means no events (a per-run folder written only "
+            "when there are some)"
+        )
+    log.warning("events=%r does not exist: a run with no events (allow_missing_events)", path)
+
+
 class Events(JobBase):
     """Reading and classifying events, and their partial aggregates per window."""
 
@@ -88,7 +105,7 @@ class Events(JobBase):
         """The run's events of the request's input (or of one of its ``inputs``), with ``wm_t``, their time in
         epoch ms, ``INVALID_ARRIVAL_FLAG`` (rule 0: the rows whose arrival no run's range can hold are read
         too, see the module docstring) and ``INVALID_VALUE_FLAG`` (:meth:`checked_columns`); ``None`` when there
-        is no data (no path, or a folder with no data file).
+        is no data: a folder with no data file, or (:func:`missing_events`) no folder at all.
         """
         request = self.request
         input_name = None if source is None else source.name
@@ -98,6 +115,9 @@ class Events(JobBase):
             source = WindowedInput(
                 "", request.events, request.event_time, request.arrival_column, request.events_format
             )
+        if input_name is None and not path_exists(self.spark, source.events):  # a merge's input: see its caller
+            missing_events(source.events, request.allow_missing_events)
+            return None
         read = read_dataset_and_schema(self.spark, source.events, source.events_format)
         if read is None:
             return None

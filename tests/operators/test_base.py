@@ -96,6 +96,18 @@ def test_a_templated_store_path_is_checked_as_rendered_before_anything_is_read()
         operator.execute({})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("argument", "rendered"), [("source", "src"), ("target", "./out/t")])
+def test_a_templated_data_path_is_checked_as_rendered_before_anything_is_read(argument, rendered):
+    operator = IncrementalPartitionsOperator(
+        task_id="orders", pipeline="p", source="{{ var.value.src }}", time_column="t", target="{{ var.value.t }}",
+        store_path="/wm", watermark={"from": "2026-01-01", "to": "P0D"},
+    )  # fmt: skip
+    operator.source, operator.target = "/src", "/t"
+    setattr(operator, argument, rendered)  # what the template rendered to
+    with pytest.raises(ValueError, match=rf"^{argument}={rendered!r} must be an absolute path or a URL"):
+        operator.execute({})  # type: ignore[arg-type]
+
+
 def test_a_mapped_stateful_task_runs_one_instance_at_a_time_and_declares_its_asset_to_the_scheduler():
     from airflow.serialization.serialized_objects import DagSerialization
 

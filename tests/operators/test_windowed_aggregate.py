@@ -347,6 +347,19 @@ def test_a_failed_run_commits_nothing_and_a_changed_spec_is_refused(airflow_db, 
     assert states == {"revenue": "failed"} and committed("revenue_b")["version"] == 1
 
 
+def test_a_missing_events_path_fails_the_run_and_commits_nothing_unless_missing_events_are_allowed(
+    airflow_db, tmp_path, capfd
+):
+    publish(tmp_path, 15)
+    _run, states = run_dag(aggregate_dag(tmp_path, "w_missing"), T0 + timedelta(minutes=30))
+    assert states == {"revenue": "failed"} and committed("w_missing") is None
+    assert f"events='{tmp_path / 'events'}' does not exist: create it" in capfd.readouterr().out
+
+    allowed = aggregate_dag(tmp_path, "w_missing", allow_missing_events=True)
+    _run, states = run_dag(allowed, T0 + timedelta(minutes=30))
+    assert states == {"revenue": "success"} and committed("w_missing")["version"] == 1
+
+
 def test_a_logical_time_in_the_future_is_refused_before_anything_is_read(airflow_db, tmp_path):
     future = datetime.now(UTC) + timedelta(days=1)
     _run, states = run_dag(aggregate_dag(tmp_path, "w_future", logical_time=future.isoformat()), T0)

@@ -53,6 +53,32 @@ def test_docstring_examples_hold():
     assert doctest.testmod(windowed_arguments).failed == 0
 
 
+@pytest.mark.parametrize(
+    ("arguments", "argument", "value"),
+    [
+        (EVENTS, "events", "orders"),
+        (EVENTS, "output", "out/orders_5m"),
+        (EVENTS, "late_output", "./late"),
+        (ROLLUP, "events", "orders_5m"),
+    ],
+)
+def test_a_relative_path_is_refused_naming_the_argument(arguments, argument, value):
+    """Spark (or its Connect server) and the task would each resolve it against their own working directory."""
+    with pytest.raises(ValueError, match=rf"^{argument}={re.escape(repr(value))} must be an absolute path or a URL"):
+        WindowedAggregateOperator(**{**arguments, argument: value})
+
+
+def test_a_relative_path_of_a_merged_input_is_refused_naming_the_input():
+    with pytest.raises(ValueError, match=r"^inputs\['refunds'\]\.events='refunds' must be an absolute path"):
+        WindowedAggregateOperator(**{**MERGE, "inputs": with_input("refunds", events="refunds")})
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_allow_missing_events_that_is_not_a_bool_is_refused(value):
+    with pytest.raises(ValueError, match=f"^allow_missing_events={value!r} must be True or False$"):
+        WindowedAggregateOperator(**EVENTS, allow_missing_events=value)
+
+
 @pytest.mark.parametrize("argument", ["early_firing", "late_firing", "fire_only_updated_panes"])
 @pytest.mark.parametrize("value", ["no", "False", 0, None])
 def test_a_firing_switch_that_is_not_a_bool_is_refused(argument, value):

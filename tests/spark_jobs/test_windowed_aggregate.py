@@ -358,6 +358,16 @@ def test_an_existing_empty_events_folder_is_a_run_with_no_events(spark, tmp_path
     ]
 
 
+def test_a_missing_events_path_fails_the_run_naming_it_unless_missing_events_are_allowed(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), SUM_V, keys=("k",), watermark=StoreWatermark("s"))
+    pipeline = Pipeline(spark, tmp_path, spec)
+    missing = tmp_path / "events"
+    with pytest.raises(ValueError, match=rf"^events='{missing}' does not exist: create it"):
+        run_windowed(spark, pipeline.request(1, 20, 1))
+    allowed = run_windowed(spark, {**pipeline.request(1, 20, 1), "allow_missing_events": True})
+    assert allowed["totals"]["events_read"] == 0 and allowed["watermark_ms"] == 20
+
+
 def test_string_event_times_are_parsed_and_unparseable_ones_quarantined(spark, tmp_path):
     spec = AggregationSpec(
         Tumbling(60_000), (Aggregate("n", "count"),), keys=("k",), watermark=BoundedOutOfOrderness(0)
