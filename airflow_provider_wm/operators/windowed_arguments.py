@@ -4,10 +4,11 @@ values (:mod:`airflow_provider_wm.core.windowing`). An error names the argument 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from airflow_provider_wm.arguments import events_format_argument, kept_apart, require_paths
@@ -53,17 +54,41 @@ E = TypeVar("E", bound=enum.Enum)
 
 
 def tumbling(size: Duration, offset: Duration = 0) -> Tumbling:
-    """``[k*size + offset, (k+1)*size + offset)``; durations as timedelta, seconds or ISO-8601 (``PT5M``)."""
-    return Tumbling(duration_ms(size, "window size", positive=True), duration_ms(offset, "window offset"))
+    """``[k*size + offset, (k+1)*size + offset)``; durations as timedelta, seconds or ISO-8601 (``PT5M``).
+
+    >>> tumbling("PT15M", "PT20M")
+    Traceback (most recent call last):
+    ...
+    ValueError: tumbling(size='PT15M', offset='PT20M'): window offset_ms=1200000 must be milliseconds in [0, 900000)
+    """
+    size_ms = duration_ms(size, "window size", positive=True)
+    offset_ms = duration_ms(offset, "window offset")
+    with _as_given(f"tumbling(size={size!r}, offset={offset!r})"):
+        return Tumbling(size_ms, offset_ms)
 
 
 def sliding(size: Duration, slide: Duration, offset: Duration = 0) -> Sliding:
-    """Windows of ``size`` every ``slide`` (``size`` a multiple of ``slide``)."""
-    return Sliding(
-        duration_ms(size, "window size", positive=True),
-        duration_ms(slide, "window slide", positive=True),
-        duration_ms(offset, "window offset"),
-    )
+    """Windows of ``size`` every ``slide`` (``size`` a multiple of ``slide``).
+
+    >>> sliding("PT10M", "PT3M")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: sliding(size='PT10M', slide='PT3M', offset=0): window size_ms=600000 must be a multiple of ...
+    """
+    size_ms = duration_ms(size, "window size", positive=True)
+    slide_ms = duration_ms(slide, "window slide", positive=True)
+    offset_ms = duration_ms(offset, "window offset")
+    with _as_given(f"sliding(size={size!r}, slide={slide!r}, offset={offset!r})"):
+        return Sliding(size_ms, slide_ms, offset_ms)
+
+
+@contextlib.contextmanager
+def _as_given(call: str) -> Iterator[None]:
+    """A window's own check (in milliseconds) prefixed with the call as the DAG author wrote it."""
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"{call}: {exc}") from None
 
 
 def session(gap: Duration) -> Session:

@@ -89,8 +89,10 @@ def test_bad_arguments_fail_at_parse_time_naming_the_argument(kwargs, message):
 def test_bad_window_durations_fail_naming_the_argument():
     with pytest.raises(ValueError, match=r"^window size=0 must be positive$"):
         tumbling(0)
-    with pytest.raises(ValueError, match="multiple of slide_ms"):
+    with pytest.raises(ValueError, match=r"^sliding\(size='PT10M', slide='PT3M', offset=0\): .* multiple of slide_ms"):
         sliding("PT10M", "PT3M")
+    with pytest.raises(ValueError, match=r"^tumbling\(size='PT15M', offset='PT20M'\): window offset_ms=1200000"):
+        tumbling("PT15M", "PT20M")
 
 
 def test_arguments_become_the_core_spec():
