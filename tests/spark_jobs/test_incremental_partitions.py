@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -103,6 +105,9 @@ def test_first_and_grace_runs_write_each_unit_exactly_once_and_pick_up_late_rows
     assert manifest["status"] == "succeeded" and manifest["totals"]["work_units"] == 18
     assert target_rows(spark, tmp_path) == expected_rows(rows, first.executing())
     assert all(e["rows_read"] == e["rows_written"] == 3 for e in manifest["work_units"])
+    # the source's timestamps stay UTC instants for every reader of the target (not Spark's INT96)
+    written = next((tmp_path / "target").rglob("*.parquet"))
+    assert pq.read_schema(written).field("event_time").type == pa.timestamp("us", tz="UTC")
 
     # a late row for 01-08 and a new day arrive; grace 2 days re-executes 01-08 and 01-09 and adds 01-10
     late = [("late-1", "eu", datetime(2020, 1, 8, 23, 0, tzinfo=UTC), datetime(2020, 1, 8).date(), 1)]
