@@ -395,6 +395,27 @@ def test_sequences_arriving_out_of_order_over_rounds_match_the_reference(spark, 
     assert results[2][2].streams["s"].writers["w"].time_ms == 700
 
 
+@pytest.mark.parametrize("run_length", [63, 127])
+def test_a_run_of_sequences_that_fills_all_but_the_top_bit_of_a_word_is_released_as_in_the_reference(
+    spark, tmp_path, run_length
+):
+    """Committed 0, sequences 1..63 set bits 0-62 of the first 64-bit word (and 1..127 those of the second after a
+    full first): the prefix ends at the last of them, without an overflow of the word's arithmetic; then 64 and
+    the rest arrive in the next round."""
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    rounds = [
+        [sequenced("w", seq, 10 * seq, 1_000) for seq in range(1, run_length + 1)],
+        [sequenced("w", seq, 10 * seq, 3_000) for seq in range(run_length + 1, run_length + 3)],
+    ]
+    results = list(run_both(spark, tmp_path, rounds, config, {"s": THIRDS}))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    assert [m["streams"]["s"]["watermark"]["lower_ms"] for _, m, _ in results] == [
+        10 * run_length,
+        10 * (run_length + 2),
+    ]
+
+
 def test_a_writer_with_waiting_sequences_and_no_marks_in_a_round_is_not_seen_in_it(spark, tmp_path):
     config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
     other = [mark("u", 100 * r, {2: r}, reported_at_ms=2_000 * r - 500) for r in (1, 2, 3)]
