@@ -237,9 +237,7 @@ def origin_decisions(
     open_bits = F.coalesce(F.try_element_at("words", first_open), F.lit(0).cast(LongType()))
     # bits 0-62 set (63 sequences in a row): open_bits + 1 would overflow
     all_but_top = F.lit(2**63 - 1).cast(LongType())
-    trailing_ones = F.when(open_bits == all_but_top, 63).otherwise(
-        F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1
-    )
+    trailing_ones = F.when(open_bits == all_but_top, 63).otherwise(F.bit_count(open_bits.bitwiseXOR(open_bits + 1)) - 1)
     prefix_end = F.col("committed_seq") + first_open * 64 + trailing_ones
 
     def waits(last_bit: str) -> Column:  # a number past the prefix end (null bits: none, or not dense)
