@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from pyspark.errors import ArithmeticException
 from pyspark.sql import Column, DataFrame, GroupedData, Row
 from pyspark.sql import functions as F
 
@@ -286,15 +287,17 @@ class Rollup(Events):
                 f"CASE WHEN {slot} DIV 64 = {i} THEN shiftleft(1L, CAST({slot} % 64 AS INT)) END"
                 for i in range(-(-slots // 64))
             ]
-        # a target window's rows share its reason: grouped by it too, each counter is the group's row count
+        # a target window's rows share its reason: grouped by it too, each counter is the group's row count; as in
+        # the pick, only an accepted row that is no retraction can be a live pane (the others' values are not read)
+        live = "wm_reason IS NULL AND NOT retraction"
         per_row = rows.selectExpr(
             *keys,
             "wm_ts",
             "wm_te",
             "wm_reason",
             "window_end",
-            *[f"CASE WHEN NOT retraction THEN {ident(v)} END AS {ident(v)}" for v in values],
-            "NOT retraction AS wm_live",
+            *[f"CASE WHEN {live} THEN {ident(v)} END AS {ident(v)}" for v in values],
+            f"{live} AS wm_live",
             *[f"{mask} AS wm_slots_{i}" for i, mask in enumerate(masks)],  # null for an invalid window
         )
         grouped = _aggregate(
@@ -370,7 +373,8 @@ class Rollup(Events):
         it, and the live snapshot too unless the run combined its rows), the run's totals (:meth:`rollup_totals`)
         and the live snapshot after the run; ``None`` when there is nothing to roll up. A combined run
         (:meth:`live_panes`) that read an upstream window twice starts over with the pick (:meth:`combined_windows`),
-        and a run with a rank that does not fit a long with the struct rank."""
+        and a run with a rank that does not fit a long with the struct rank; a combined run that overflows (its
+        partials take every pane of an upstream window read twice) starts over with the pick too."""
         packed = True
         slots = self.combine_slots() if classified is not None and live is None else None
         while True:
@@ -378,7 +382,16 @@ class Rollup(Events):
             if planned is None:
                 return None
             frame, read_live = planned
-            rolled, totals = checkpoint_with_totals(frame, *self.rollup_totals(combined=read_live is not None))
+            try:
+                rolled, totals = checkpoint_with_totals(frame, *self.rollup_totals(combined=read_live is not None))
+            except ArithmeticException:
+                if read_live is None:
+                    raise
+                # combined, the partials also take the other panes of an upstream window read twice, which the
+                # pick leaves out: their sum may overflow where the live panes' does not
+                log.info("%s: the combined roll-up overflowed: rolling up again through the pick", self.run_id)
+                slots = None
+                continue
             if read_live is not None and totals["collided"]:
                 log.info("%s: %d pane rows repeat an upstream window: rolling up again through the pick",
                          self.run_id, totals["collided"])  # fmt: skip

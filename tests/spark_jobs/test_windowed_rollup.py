@@ -256,6 +256,48 @@ def test_a_run_after_one_that_kept_no_live_panes_rolls_up_per_target_window_too(
     ]
 
 
+HUGE = 2**62
+"""Two values of it overflow a bigint sum (Spark's ANSI mode fails the query); one does not."""
+
+
+def test_a_combined_run_never_sums_values_of_too_late_or_windowless_panes(spark, tmp_path, caplog):
+    """The pick reads only an accepted live pane's values; the combined roll-up must leave the others out too, or
+    their sum overflows where core's does not."""
+    caplog.set_level(logging.INFO, logger="spark_jobs.windowed.rollup")
+    spec = AggregationSpec(
+        Tumbling(30), (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"),
+        upstream=UpstreamPanes("up", Tumbling(10), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    windowless = [(None, end, "a", HUGE, "ON_TIME", 0, False) for end in (10, 20)]
+    rollup, expected = roll_once(spark, tmp_path, spec, [[*windowless, (0, 10, "a", 5, "ON_TIME", 0, False)]], 30)
+    too_late = [(start, start + 10, "a", HUGE, "LATE", 1, False) for start in (0, 10)]  # [0, 30) closed
+    second = [*too_late, (30, 40, "a", 7, "ON_TIME", 0, False)]
+    write_upstream(spark, rollup.upstream, 2, second)
+    manifest = rollup.roll(60)
+    panes = [UpstreamPane((k,), Window(start, end), {"s": s}, index, retraction, 2)
+             for start, end, k, s, _, index, retraction in second]  # fmt: skip
+    assert rollup.panes() == core_rows(spec, [expected, run_on_panes(spec, expected.state, panes, 60)])
+    assert [p[3] for p in rollup.panes()] == [(5,), (7,)]
+    assert manifest["totals"]["too_late"] == 2
+    assert all("rolled up per target window" in line for line in rollup_log(caplog))
+
+
+def test_a_combined_run_whose_window_read_twice_overflows_rolls_up_again_through_the_pick(spark, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="spark_jobs.windowed.rollup")
+    spec = AggregationSpec(
+        Tumbling(30), (Aggregate("s", "sum", "s"),), ("k",), StoreWatermark("up"), early_firing=True,
+        upstream=UpstreamPanes("up", Tumbling(10), Accumulation.ACCUMULATING),
+    )  # fmt: skip
+    versions = [[(0, 10, "a", HUGE, "EARLY", 0, False)], [(0, 10, "a", HUGE, "ON_TIME", 1, False)]]
+    rollup, expected = roll_once(spark, tmp_path, spec, versions, 40)
+    assert rollup.panes() == core_rows(spec, [expected])
+    assert [p[3] for p in rollup.panes()] == [(HUGE,)]
+    assert rollup_log(caplog) == [
+        "run-1: the combined roll-up overflowed: rolling up again through the pick",
+        "run-1: 2 pane rows rolled up through the pick of each upstream window's live pane",
+    ]
+
+
 @pytest.mark.parametrize("live_stored", [False, True], ids=["combined", "picked"])
 def test_rollup_runs_that_differ_only_in_their_cut_offs_generate_the_same_code(spark, tmp_path, live_stored):
     """The horizons of a rollup run are generated columns, as the windowed runs' are
