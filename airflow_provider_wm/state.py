@@ -192,7 +192,10 @@ class WindowedState:
     ``state_path`` points at the Spark job's snapshot of the open windows (a new folder per version);
     ``arrival_until_ms`` is the input cut-off: the next run reads events that arrived after it. A rollup also
     has ``upstream_version``, the upstream's last version whose panes it has read, and ``live_path``, its
-    snapshot of the upstream's live panes. The same version rule as the others applies, and neither the
+    snapshot of the upstream's live panes. A pipeline without an arrival column, whose runs each read the folder
+    of their own data interval, has ``read_intervals``: the intervals read so far as a few ``[start, end)`` ranges
+    (:func:`~airflow_provider_wm.core.windowing.with_interval_read`), so an older interval whose run goes after a
+    newer one is still read, and once only. The same version rule as the others applies, and neither the
     watermark nor an input cut-off goes backwards.
     """
 
@@ -207,9 +210,13 @@ class WindowedState:
     spec: dict[str, Any]
     upstream_version: int | None = None
     live_path: str | None = None
+    read_intervals: tuple[tuple[int, int], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        document = asdict(self)
+        if self.read_intervals is not None:
+            document["read_intervals"] = [list(interval) for interval in self.read_intervals]
+        return document
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WindowedState:
@@ -228,6 +235,11 @@ class WindowedState:
             spec=dict(data["spec"]),
             upstream_version=optional_int("upstream_version"),
             live_path=data.get("live_path"),
+            read_intervals=(
+                None
+                if data.get("read_intervals") is None
+                else tuple((int(start), int(end)) for start, end in data["read_intervals"])
+            ),
         )
 
 

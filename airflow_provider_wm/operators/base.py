@@ -29,7 +29,7 @@ from airflow_provider_wm.arguments import (
     spark_conf_argument,
 )
 from airflow_provider_wm.contracts import JobManifest, JobRequest
-from airflow_provider_wm.documents import exists
+from airflow_provider_wm.documents import exists, read_document, write_document
 from airflow_provider_wm.hooks.spark_job import SparkJobHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.lineage import RunLineage, operator_lineage
@@ -37,7 +37,7 @@ from airflow_provider_wm.links import WatermarksLink
 from airflow_provider_wm.state import AssetStateAccessor, CommittedState, StateDamaged, StateKind
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 
-__all__ = ["JobRound", "Outcome", "StatefulSparkOperator"]
+__all__ = ["JobRound", "Outcome", "StatefulSparkOperator", "run_interval"]
 
 
 class VersionedState(Protocol):
@@ -168,9 +168,23 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         """The committed cut-off: a run at or before it has nothing to do."""
         raise NotImplementedError
 
-    def covered(self, context: Context, committed: StateT, until_ms: int, now_ms: int) -> dict[str, Any]:
+    def is_covered(self, context: Context, committed: StateT, now_ms: int) -> bool:
+        """Whether the run's work is done (by a later run, or by an earlier attempt of this one): its logical time
+        is at or before the committed cut-off (:meth:`covered_until`)."""
+        until = self.covered_until(committed)
+        return until is not None and now_ms <= until
+
+    def covered(self, context: Context, committed: StateT, until_ms: int | None, now_ms: int) -> dict[str, Any]:
         """The XCom of a run covered by a later one; it changes nothing."""
         raise NotImplementedError
+
+    def state_folder(self) -> str:
+        """The store's folder of the operator's states (``pipelines``: ``<store>/pipelines/<name>/``)."""
+        return "pipelines"
+
+    def check_rendered(self) -> None:
+        """Checks of the arguments as rendered that :meth:`__init__` makes of literal ones (a template is checked
+        only now), beyond :meth:`locations`'."""
 
     def locations(self) -> dict[str, str]:
         """The paths and URLs the operator reads and writes, by argument name (the store's too), as rendered:
@@ -224,14 +238,11 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
 
     def execute(self, context: Context) -> dict[str, Any]:
         require_paths(**self.locations())  # once more as rendered: a template is checked only now
+        self.check_rendered()
         now_ms = self.round_time_ms(context)
         committed = self.read_committed(context)
-        until = None if committed is None else self.covered_until(committed)
-        if committed is not None and until is not None and now_ms <= until:
-            self._repair_mirror(committed)
-            covered = self.covered(context, committed, until, now_ms)
-            self.run_lineage = self._with_covered_by(self.lineage(committed, None), committed.run_id)
-            return covered
+        if committed is not None and self.is_covered(context, committed, now_ms):
+            return self._covered_run(context, committed, now_ms)
         if committed is not None:
             self.verify_snapshots(committed)
         run = JobRound(context, WatermarkStoreHook(self.store_path), committed, now_ms, str(context["run_id"]))
@@ -243,11 +254,10 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         if outcome.document is None:
             return outcome.summary
         self.publish_outputs(run, outcome)
-        if self.asset is not None:
-            context["outlet_events"][self.asset].extra = outcome.asset_extra
-            if outcome.partition_keys:
-                context["outlet_events"][self.asset].add_partitions(outcome.partition_keys)
+        self._emit_asset_event(context, outcome)
         self.run_lineage = self.lineage(outcome.document, outcome.summary)  # before the commit: it may fail
+        # before the commit: a retry after a failure past the commit publishes this outcome again
+        write_document(self._outcome_url(), self._outcome_record(outcome))
         self.commit(context, outcome.document, committed)
         # the document committed, never one whose commit was refused (a covered retry pushes no state XCom)
         context["ti"].xcom_push(key=self.state_xcom_key, value=outcome.document.to_json())
@@ -256,10 +266,72 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
             run.store.write_pipeline_state(self.state_name(), mirror, restart=committed is None)
         return outcome.summary
 
-    def _repair_mirror(self, committed: StateT) -> None:
+    def _covered_run(self, context: Context, committed: StateT, now_ms: int) -> dict[str, Any]:
+        """A run whose work is done. Done by an earlier attempt of this very run (it committed, then failed before
+        the task succeeded: the store's copy, a lost worker): its outcome is published again, the XCom, the asset
+        event and its partition keys as that attempt made them. Done by another run: nothing changes."""
+        earlier = self._earlier_attempt(context, committed)
+        if earlier is not None:
+            self.log.info(
+                "An earlier attempt of this run committed version %s: publishing its outcome again", committed.version
+            )
+            self._repair_mirror(committed, earlier.summary)
+            self._emit_asset_event(context, earlier)
+            self.run_lineage = self.lineage(committed, earlier.summary)
+            context["ti"].xcom_push(key=self.state_xcom_key, value=committed.to_json())
+            return earlier.summary
+        self._repair_mirror(committed, None)
+        covered = self.covered(context, committed, self.covered_until(committed), now_ms)
+        self.run_lineage = self._with_covered_by(self.lineage(committed, None), committed.run_id)
+        return covered
+
+    def _emit_asset_event(self, context: Context, outcome: Outcome[Any]) -> None:
+        if self.asset is not None:
+            context["outlet_events"][self.asset].extra = outcome.asset_extra
+            if outcome.partition_keys:
+                context["outlet_events"][self.asset].add_partitions(outcome.partition_keys)
+
+    def _outcome_url(self) -> str:
+        """The outcome of the last run that went as far as its commit (:meth:`_outcome_record`)."""
+        return WatermarkStoreHook(self.store_path).url(self.state_folder(), self.state_name(), "outcome.json")
+
+    @staticmethod
+    def _outcome_record(outcome: Outcome[Any]) -> dict[str, Any]:
+        assert outcome.document is not None
+        return {
+            "version": outcome.document.version,
+            "run_id": outcome.document.run_id,
+            "summary": outcome.summary,
+            "asset_extra": outcome.asset_extra,
+            "partition_keys": outcome.partition_keys,
+        }
+
+    def _earlier_attempt(self, context: Context, committed: StateT) -> Outcome[StateT] | None:
+        """The outcome this run committed in an earlier attempt: the committed version is this run's, and the
+        outcome recorded before that commit is of that version (None otherwise)."""
+        if committed.run_id != str(context["run_id"]):
+            return None
+        try:
+            record = read_document(self._outcome_url())
+        except ValueError as damaged:
+            self.log.warning("Cannot publish the earlier attempt's outcome again: %s", damaged)
+            return None
+        if not isinstance(record, dict) or (record.get("version"), record.get("run_id")) != (
+            committed.version,
+            committed.run_id,
+        ):
+            return None
+        return Outcome(
+            committed,
+            dict(record.get("summary") or {}),
+            dict(record.get("asset_extra") or {}),
+            [str(key) for key in record.get("partition_keys") or []],
+        )
+
+    def _repair_mirror(self, committed: StateT, summary: dict[str, Any] | None) -> None:
         """A covered run rewrites the store's copy when it is missing or behind the committed version (its run was
         killed, or its write failed, between the commit and the copy)."""
-        mirror = self.mirror_document(committed, None)
+        mirror = self.mirror_document(committed, summary)
         if mirror is None:
             return
         store = WatermarkStoreHook(self.store_path)
@@ -319,6 +391,15 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         """Airflow emits an asset event for every successful task: a covered run's says nothing changed."""
         if self.asset is not None:
             context["outlet_events"][self.asset].extra = extra
+
+
+def run_interval(context: Context, now_ms: int) -> tuple[int, int]:
+    """The run's data interval ``[start, end)`` in epoch ms; a run without one (asset-triggered, or a manual run
+    without a logical date) is the instant ``now_ms`` (its logical time): ``(now_ms, now_ms)``."""
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        return now_ms, now_ms
+    return to_epoch_ms(start, "data_interval_start"), to_epoch_ms(end, "data_interval_end")
 
 
 def template_fields_of(*names: str) -> Sequence[str]:

@@ -108,7 +108,12 @@ class ControllerWatermarkOperator(StatefulSparkOperator[ControllerCutoff]):
     def covered_until(self, committed: ControllerCutoff) -> int | None:
         return committed.processed_until_ms
 
-    def covered(self, context: Context, committed: ControllerCutoff, until_ms: int, now_ms: int) -> dict[str, Any]:
+    def state_folder(self) -> str:
+        return "controllers"
+
+    def covered(
+        self, context: Context, committed: ControllerCutoff, until_ms: int | None, now_ms: int
+    ) -> dict[str, Any]:
         self.log.info(
             "Controller %s already processed marks up to %s; this run (logical time %s) has nothing to do",
             self.controller,

@@ -217,6 +217,9 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     def locations(self) -> dict[str, str]:
         return {**super().locations(), "source": self.source, "target": self.target}
 
+    def check_rendered(self) -> None:
+        source_and_target(self.source, self.target)
+
     def lineage(self, document: PipelineState, summary: dict[str, Any] | None) -> RunLineage:
         """Reads the source, writes the target partitions and the quarantine; the watermark is the output
         watermark (every partition before it done in every unit), quarantined: the bad rows this run set aside.
@@ -240,7 +243,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     def covered_until(self, committed: PipelineState) -> int | None:
         return committed.processed_until_ms
 
-    def covered(self, context: Context, committed: PipelineState, until_ms: int, now_ms: int) -> dict[str, Any]:
+    def covered(self, context: Context, committed: PipelineState, until_ms: int | None, now_ms: int) -> dict[str, Any]:
         self.log.info("To re-process older partitions, give a later run backfill=(start, end)")
         covered = covered_run(
             self.log, context, self.asset, self.pipeline, committed, format_ms(until_ms), format_ms(now_ms)

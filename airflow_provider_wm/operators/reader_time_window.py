@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context, XComArg
 
-from airflow_provider_wm.arguments import location_argument, require_paths
+from airflow_provider_wm.arguments import require_paths
 from airflow_provider_wm.core.reader import TimeWindow
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
@@ -189,8 +189,7 @@ class ReaderTimeWindowOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.stream = validate_name(stream, "stream")
-        location_argument(store_path)
-        require_paths(segments_path=segments_path)
+        require_paths(store_path=store_path, segments_path=segments_path)
         if not isinstance(position, XComArg) and not is_templated(position):
             if not isinstance(position, (str, Mapping)):
                 raise ValueError(f"position={position!r} must be a stream cut (dict or JSON text) or a template")
@@ -208,6 +207,7 @@ class ReaderTimeWindowOperator(BaseOperator):
         return {"stream": self.stream}
 
     def execute(self, context: Context) -> dict[str, Any]:
+        require_paths(store_path=self.store_path, segments_path=self.segments_path)  # as rendered
         result = reader_time_window(
             self.store_path, self.stream, self.position, self.segments_path, self.storage_options
         )

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_wm.arguments import count_argument, emit_partition_keys_argument, require_bool
+from airflow_provider_wm.arguments import count_argument, emit_partition_keys_argument, kept_apart, require_bool
 from airflow_provider_wm.contracts import (
     DRIVER_OUTPUT_ROWS,
     WatermarkReached,
@@ -21,6 +21,7 @@ from airflow_provider_wm.contracts import (
 from airflow_provider_wm.core.asset_partitions import hour_keys
 from airflow_provider_wm.core.coalescing import check_watermarks
 from airflow_provider_wm.core.names import column_name
+from airflow_provider_wm.core.times import MIN_TIME_MS
 from airflow_provider_wm.core.windowing import (
     Accumulation,
     Aggregate,
@@ -33,13 +34,21 @@ from airflow_provider_wm.core.windowing import (
     WatermarkPolicy,
     aggregated_columns,
     enum_member,
+    interval_read,
     rollup_watermark,
     upstream_streams,
+    with_interval_read,
 )
 from airflow_provider_wm.core.windows import WindowFn
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.lineage import RunLineage
-from airflow_provider_wm.operators.base import JobRound, Outcome, StatefulSparkOperator, template_fields_of
+from airflow_provider_wm.operators.base import (
+    JobRound,
+    Outcome,
+    StatefulSparkOperator,
+    run_interval,
+    template_fields_of,
+)
 from airflow_provider_wm.operators.windowed_arguments import (
     Duration,
     check_rollup_arguments,
@@ -289,6 +298,10 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         sources = source_locations(self.inputs, self.events)
         return {**super().locations(), **sources, "output": self.output_path, "late_output": self.late_output}
 
+    def check_rendered(self) -> None:
+        sources = source_locations(self.inputs, self.events)
+        kept_apart({"output": self.output_path, "late_output": self.late_output}, sources)
+
     def read_committed(self, context: Context) -> WindowedState | None:
         committed = super().read_committed(context)
         self._check_spec_unchanged(committed)
@@ -319,7 +332,26 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
     def covered_until(self, committed: WindowedState) -> int | None:
         return committed.arrival_until_ms
 
-    def covered(self, context: Context, committed: WindowedState, until_ms: int, now_ms: int) -> dict[str, Any]:
+    @property
+    def reads_per_run(self) -> bool:
+        """Whether an input has no arrival column: each run reads the folder of its own data interval (``events``
+        templated per run), which a later run does not read."""
+        if self.spec.upstream is not None:
+            return False
+        if self.inputs:
+            return any(spec.get("arrival_column") is None for spec in self.inputs)
+        return self.arrival_column is None
+
+    def is_covered(self, context: Context, committed: WindowedState, now_ms: int) -> bool:
+        """With arrival columns only, the base's rule (a later run read what arrived up to it). Reading per run, a
+        run is done only when its own interval was read (:func:`~airflow_provider_wm.core.windowing.interval_read`):
+        the run of 02:00 that goes after the run of 03:00 still reads the folder of 02:00 (a state committed before
+        ``read_intervals`` existed keeps the base's rule)."""
+        if not self.reads_per_run or committed.read_intervals is None:
+            return super().is_covered(context, committed, now_ms)
+        return interval_read(committed.read_intervals, run_interval(context, now_ms))
+
+    def covered(self, context: Context, committed: WindowedState, until_ms: int | None, now_ms: int) -> dict[str, Any]:
         covered = covered_run(
             self.log, context, self.asset, self.pipeline, committed, format_ms(until_ms), format_ms(now_ms)
         )
@@ -329,7 +361,8 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         committed, store, version = run.committed, run.store, run.version
         source_watermark = self._source_watermark(store, run.now_ms)
         arrival_from = committed.arrival_until_ms if committed else None
-        arrival_until = run.now_ms
+        # an older interval read after a newer one (reading per run) reads no arrivals: the newer run read them
+        arrival_until = run.now_ms if arrival_from is None else max(run.now_ms, arrival_from)
         rollup: dict[str, Any] = {}
         if self.spec.upstream is not None:
             rollup, source_watermark = self._rollup_inputs(store, committed, version, source_watermark)
@@ -384,6 +417,7 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
             spec=self.spec.to_json(),
             upstream_version=rollup.get("arrival_until_ms"),
             live_path=manifest.live_path or (committed.live_path if committed else None),
+            read_intervals=self._read_intervals(run) if self.reads_per_run else None,
         )
         totals = manifest.totals.to_json()
         summary: dict[str, Any] = {
@@ -410,6 +444,18 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
         if keys:
             self.log.info("The asset event carries %s partition keys (hours of fired windows): %s", len(keys), keys)
         return Outcome(document, summary, extra, keys)
+
+    @staticmethod
+    def _read_intervals(run: JobRound[WindowedState]) -> tuple[tuple[int, int], ...]:
+        """The committed intervals read and this run's (a state from before ``read_intervals``: everything up to
+        its cut-off, the rule it was committed under)."""
+        committed = run.committed
+        read: Sequence[tuple[int, int]] = ()
+        if committed is not None and committed.read_intervals is not None:
+            read = committed.read_intervals
+        elif committed is not None and committed.arrival_until_ms is not None:
+            read = [(MIN_TIME_MS, committed.arrival_until_ms)]
+        return tuple(with_interval_read(read, run_interval(run.context, run.now_ms)))
 
     def publish_outputs(self, run: JobRound[WindowedState], outcome: Outcome[WindowedState]) -> None:
         assert outcome.document is not None

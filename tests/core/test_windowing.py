@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_wm.core.times import MAX_TIME_MS, is_valid_time_ms
 from airflow_provider_wm.core.windowing import (
+    MAX_READ_INTERVALS,
     Accumulation,
     Aggregate,
     AggregationSpec,
@@ -27,11 +28,13 @@ from airflow_provider_wm.core.windowing import (
     Timing,
     UpstreamPane,
     UpstreamPanes,
+    interval_read,
     next_watermark,
     pane_window_is_valid,
     read_by_run,
     run,
     run_on_panes,
+    with_interval_read,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window, merge_sessions
 
@@ -242,6 +245,36 @@ def test_a_run_reads_its_arrival_range_once_and_every_row_without_a_valid_arriva
         1: [10], 10: [10], 11: [20], 20: [20], 25: [30], 30: [30], 31: [],  # 31: the next run's
         None: [10, 20, 30], -1: [10, 20, 30], MAX_TIME_MS + 1: [10, 20, 30], 10**15: [10, 20, 30],
     }  # fmt: skip
+
+
+def test_runs_reading_a_folder_each_read_every_interval_once_in_any_order():
+    read: list[tuple[int, int]] = []
+    for interval in [(30, 40), (10, 20), (20, 30)]:  # the run of 20-30 goes last
+        assert not interval_read(read, interval)
+        read = with_interval_read(read, interval)
+        assert interval_read(read, interval)
+    assert read == [(10, 40)]  # consecutive intervals merge: a pipeline run in order keeps one range
+    assert not interval_read(read, (5, 15)) and not interval_read(read, (40, 40))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 20)), max_size=MAX_READ_INTERVALS + 30))
+def test_the_intervals_read_stay_disjoint_sorted_bounded_and_hold_every_run_read(runs):
+    read: list[tuple[int, int]] = []
+    for start, length in runs:
+        read = with_interval_read(read, (start, start + length))
+    assert len(read) <= MAX_READ_INTERVALS
+    assert all(start < end for start, end in read)
+    assert all(end < next_start for (_, end), (next_start, _) in pairwise(read))  # touching ranges merge
+    assert all(interval_read(read, (start, start + length)) for start, length in runs)
+
+
+def test_above_the_bound_the_oldest_gap_closes():
+    read: list[tuple[int, int]] = []
+    for instant in range(0, 10 * (MAX_READ_INTERVALS + 1), 10):  # a trigger timetable's runs: empty intervals
+        read = with_interval_read(read, (instant, instant))
+    assert len(read) == MAX_READ_INTERVALS and read[0] == (0, 11)
+    assert interval_read(read, (5, 5)) and not interval_read(read, (15, 15))
 
 
 def test_global_window_fires_only_early_panes():

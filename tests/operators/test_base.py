@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
 
 import pytest
 from airflow.models.variable import Variable
@@ -12,8 +13,9 @@ from airflow.sdk import Asset
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.operators.base import JobRound, Outcome
 from airflow_provider_wm.operators.incremental_partitions import IncrementalPartitionsOperator
+from airflow_provider_wm.operators.windowed_aggregate import WindowedAggregateOperator, tumbling
 from airflow_provider_wm.state import PipelineState, commit_pipeline_state, pipeline_variable_key
-from tests.airflow_helpers import asset_state, fresh_dag, register, run_dag, xcom
+from tests.airflow_helpers import asset_event_partition_keys, asset_state, fresh_dag, register, run_dag, xcom
 from tests.operators.test_incremental_partitions import committed
 
 JAN_6 = datetime(2026, 1, 6, tzinfo=UTC)
@@ -32,7 +34,20 @@ class OvertakenPartitionsOperator(IncrementalPartitionsOperator):
         return outcome
 
 
-def one_day_pipeline(tmp_path, operator: type[IncrementalPartitionsOperator], pipeline: str):
+class FailingPastTheCommitOperator(IncrementalPartitionsOperator):
+    """Its first attempt commits, then fails writing the store's copy (a store blip; a worker lost after the
+    commit ends the same way): the retry finds its own run's commit."""
+
+    failed: ClassVar[set[str]] = set()
+
+    def mirror_document(self, document: PipelineState, summary: dict[str, Any] | None) -> dict[str, Any] | None:
+        if self.pipeline not in self.failed:
+            self.failed.add(self.pipeline)
+            raise OSError("the store is not reachable")
+        return super().mirror_document(document, summary)
+
+
+def one_day_pipeline(tmp_path, operator: type[IncrementalPartitionsOperator], pipeline: str, **kwargs: Any):
     """A DAG of one partitions task over an empty source: the real job runs one day, 2026-01-05."""
     (tmp_path / "orders").mkdir()
     dag = fresh_dag(pipeline)
@@ -45,6 +60,7 @@ def one_day_pipeline(tmp_path, operator: type[IncrementalPartitionsOperator], pi
             watermark={"from": "2026-01-05", "to": "P0D"},
             target=str(tmp_path / "target"),
             store_path=str(tmp_path / "store"),
+            **kwargs,
         )
     return dag
 
@@ -84,6 +100,26 @@ def test_a_covered_run_repairs_a_missing_store_copy_and_a_pipeline_started_over_
     restarted = store.read_pipeline_state("p_mirror")
     assert restarted is not None and restarted["run_id"] == committed("p_mirror")["run_id"]
     assert restarted["version"] == 1
+
+
+@pytest.mark.slow
+def test_a_retry_after_a_failure_past_the_commit_publishes_the_committed_outcome_again(airflow_db, tmp_path):
+    asset = Asset(name="past_the_commit_test", uri=f"file://{tmp_path / 'target'}")
+    dag = one_day_pipeline(
+        tmp_path, FailingPastTheCommitOperator, "p_past_commit", asset=asset, emit_partition_keys=True, retries=1,
+        retry_delay=timedelta(seconds=0),
+    )  # fmt: skip
+    run, states = run_dag(dag, JAN_6)
+    assert states == {"orders": "success"}
+    state = committed("p_past_commit")
+    assert state["version"] == 1 and state["run_id"] == run.run_id  # one commit, by the first attempt
+    summary = xcom(run, "orders")
+    assert "covered_by" not in summary and summary["executed"] == 1
+    assert xcom(run, "orders", "state") == state
+    # the retry's event is the committed attempt's: its version and the partition key it wrote
+    assert asset_event_partition_keys("past_the_commit_test") == [(1, "2026-01-05T00:00:00")]
+    mirrored = WatermarkStoreHook(str(tmp_path / "store")).read_pipeline_state("p_past_commit")
+    assert mirrored is not None and mirrored["version"] == 1 and mirrored["last_summary"] == summary
 
 
 def test_a_templated_store_path_is_checked_as_rendered_before_anything_is_read():
@@ -158,3 +194,24 @@ def test_a_run_without_a_data_interval_takes_its_run_after_as_its_logical_time(a
     assert run.data_interval_end is None
     assert {ti.task_id: str(ti.state) for ti in run.get_task_instances()} == {"orders": "success"}
     assert committed("p_no_interval")["processed_until_ms"] == int(JAN_6.timestamp() * 1000)
+
+
+def test_a_templated_target_that_renders_inside_the_source_is_refused_before_anything_is_read():
+    operator = IncrementalPartitionsOperator(
+        task_id="orders", pipeline="p", source="/src", time_column="t", target="{{ params.target }}",
+        store_path="/wm", watermark={"from": "2026-01-01", "to": "P0D"},
+    )  # fmt: skip
+    operator.target = "/src/daily"  # what the template rendered to
+    with pytest.raises(ValueError, match=r"^target='/src/daily' lies inside source='/src': give each its own"):
+        operator.execute({})  # type: ignore[arg-type]
+
+
+def test_a_templated_output_that_renders_inside_the_events_is_refused_before_anything_is_read():
+    operator = WindowedAggregateOperator(
+        task_id="revenue", pipeline="p", events="/events/{{ ds }}", event_time="t", window=tumbling("PT1H"),
+        aggregates={"n": "count(*)"}, watermark={"max_delay": "PT1M"}, output="{{ params.output }}",
+        late_output="/late", store_path="/wm",
+    )  # fmt: skip
+    operator.events, operator.output_path = "/events/2026-01-05", "/events/2026-01-05/panes"  # as rendered
+    with pytest.raises(ValueError, match=r"^output='/events/2026-01-05/panes' lies inside events='/events/2026-01-05'"):
+        operator.execute({})  # type: ignore[arg-type]

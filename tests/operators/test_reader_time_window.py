@@ -226,3 +226,18 @@ def test_a_position_on_an_unknown_segment_fails_the_task(airflow_db, tmp_path):
     run, states = run_dag(dag)
     assert states == {"window": "failed"}
     assert xcom(run, "window") is None
+
+
+@pytest.mark.parametrize(("argument", "rendered"), [("store_path", "store"), ("segments_path", "segments")])
+def test_a_templated_path_is_checked_as_rendered_before_anything_is_read(argument, rendered):
+    operator = ReaderTimeWindowOperator(
+        task_id="window",
+        stream="orders",
+        store_path="{{ params.store }}",
+        position={"0": 5},
+        segments_path="{{ params.segments }}",
+    )
+    operator.store_path, operator.segments_path = "/wm", "/segments"
+    setattr(operator, argument, rendered)  # what the template rendered to
+    with pytest.raises(ValueError, match=rf"^{argument}={rendered!r} must be an absolute path or a URL"):
+        operator.execute({})  # type: ignore[arg-type]

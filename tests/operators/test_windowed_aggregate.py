@@ -441,3 +441,55 @@ def test_bad_merges_fail_at_parse_time_naming_the_argument(kwargs, message):
 def test_an_idle_timeout_without_inputs_is_refused():
     with pytest.raises(ValueError, match="applies to merged inputs= only"):
         WindowedAggregateOperator(**{**REQUIRED, "idle_timeout": "PT5M"})
+
+
+def per_run_dag(tmp_path, pipeline: str):
+    """Events in a folder per run (no arrival column): ``events/hour=<the run's logical hour>``."""
+    dag = fresh_dag(pipeline)
+    with dag:
+        WindowedAggregateOperator(
+            task_id="revenue", pipeline=pipeline,
+            events=f"{tmp_path / 'events'}/hour={{{{ logical_date.strftime('%H') }}}}", event_time="event_time",
+            window=tumbling("PT1H"), aggregates={"n": "count(*)"}, watermark={"max_delay": "PT1M"},
+            allowed_lateness="PT2H", output=str(tmp_path / "panes"), store_path=str(tmp_path / "store"),
+        )  # fmt: skip
+    return dag
+
+
+def write_hour(tmp_path, hour: int, events: int) -> None:
+    """``events`` events of the hour before ``hour``, in the folder of the run at ``hour``."""
+    folder = tmp_path / "events" / f"hour={hour:02d}"
+    folder.mkdir(parents=True)
+    times = [T0 + timedelta(hours=hour - 1, minutes=5 + i) for i in range(events)]
+    pq.write_table(pa.table({"event_time": pa.array(times, pa.timestamp("ms", tz="UTC"))}), folder / "part.parquet")
+
+
+@pytest.mark.slow
+def test_reading_a_folder_per_run_an_older_run_after_a_newer_one_reads_its_folder_once(airflow_db, tmp_path):
+    """The run of 02:00 goes after the run of 03:00 (catch-up order, or it failed and was retried later): it reads
+    its own folder, which the run of 03:00 did not read; run again, it reads nothing twice."""
+    dag = per_run_dag(tmp_path, "w_per_run")
+    write_hour(tmp_path, 2, 3)
+    write_hour(tmp_path, 3, 4)
+    newer, states = run_dag(dag, T0 + timedelta(hours=3))
+    assert states == {"revenue": "success"} and xcom(newer, "revenue")["events_read"] == 4
+    older, states = run_dag(dag, T0 + timedelta(hours=2))
+    assert states == {"revenue": "success"}
+    assert xcom(older, "revenue")["events_read"] == 3 and "covered_by" not in xcom(older, "revenue")
+    state = committed("w_per_run")
+    hour = 3_600_000
+    assert state["version"] == 2 and state["arrival_until_ms"] == T0_MS + 3 * hour  # never back
+    assert state["read_intervals"] == [
+        [T0_MS + 2 * hour, T0_MS + 2 * hour + 1],
+        [T0_MS + 3 * hour, T0_MS + 3 * hour + 1],
+    ]
+
+    again, states = run_dag(dag, T0 + timedelta(hours=3))  # both folders read: nothing to do
+    assert states == {"revenue": "success"} and xcom(again, "revenue")["covered_by"] == state["run_id"]
+    assert committed("w_per_run") == state
+    # the watermark (02:07) had passed the window of 01:00 when its events came: it fired with all three (and stays
+    # open for its lateness); the window of 02:00 holds the four of the run of 03:00
+    fired = [(r["window_start"] - T0_MS, r["pane"], r["n"]) for r in pq.read_table(tmp_path / "panes").to_pylist()]
+    assert fired == [(hour, "ON_TIME", 3)]
+    open_windows = [(r["window_start"] - T0_MS, r["p_n"]) for r in pq.read_table(state["state_path"]).to_pylist()]
+    assert open_windows == [(hour, 3), (2 * hour, 4)]

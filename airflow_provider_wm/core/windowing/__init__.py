@@ -11,6 +11,9 @@ lateness):
    whose arrival is not a valid time (null, unparseable, or outside :mod:`~airflow_provider_wm.core.times`'
    range): no run's range can hold it, so every run quarantines it ``INVALID_ARRIVAL`` and counts it, until
    it is fixed at the source (:func:`read_by_run`). Those rows are not the run's events: rules 1-7 skip them.
+   Without an arrival column each run reads the folder of its own data interval, whatever order the runs go
+   in: a run is done once its interval is among those the state has read (:func:`interval_read`), and an
+   older interval that runs after a newer one is read then, its events late or not by rule 2.
 1. **Sanity.** An event whose time is not a valid time (null, negative, or after 9999-12-31:
    :func:`~airflow_provider_wm.core.times.is_valid_time_ms`) is quarantined ``INVALID_EVENT_TIME``; no
    window arithmetic is done on it. An event with a valid time that holds NaN or +/-infinity in a column an
@@ -100,7 +103,13 @@ from airflow_provider_wm.core.windowing.lateness import TOO_LATE_REASONS, LateDa
 from airflow_provider_wm.core.windowing.merge import ROW_COLUMN, input_column, merge_inputs
 from airflow_provider_wm.core.windowing.modes import Accumulation, Timing, enum_member
 from airflow_provider_wm.core.windowing.rollup import pane_window_is_valid, rollup_watermark, run_on_panes
-from airflow_provider_wm.core.windowing.run import read_by_run, run
+from airflow_provider_wm.core.windowing.run import (
+    MAX_READ_INTERVALS,
+    interval_read,
+    read_by_run,
+    run,
+    with_interval_read,
+)
 from airflow_provider_wm.core.windowing.spec import CARRIED_OVER, AggregationSpec, UpstreamPanes
 from airflow_provider_wm.core.windowing.state import (
     AggregationState,
@@ -122,6 +131,7 @@ from airflow_provider_wm.core.windowing.watermark import (
 
 __all__ = [
     "CARRIED_OVER",
+    "MAX_READ_INTERVALS",
     "OUTPUT_COLUMNS",
     "ROW_COLUMN",
     "TOO_LATE_REASONS",
@@ -147,6 +157,7 @@ __all__ = [
     "aggregated_columns",
     "enum_member",
     "input_column",
+    "interval_read",
     "is_open",
     "merge_inputs",
     "next_watermark",
@@ -158,4 +169,5 @@ __all__ = [
     "too_late_reason",
     "upstream_streams",
     "values_are_usable",
+    "with_interval_read",
 ]

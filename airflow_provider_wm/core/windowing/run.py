@@ -25,7 +25,7 @@ from airflow_provider_wm.core.windowing.state import (
 from airflow_provider_wm.core.windowing.watermark import next_watermark
 from airflow_provider_wm.core.windows import Window, merge_sessions
 
-__all__ = ["fire_all", "partial_of", "read_by_run", "run"]
+__all__ = ["MAX_READ_INTERVALS", "fire_all", "interval_read", "partial_of", "read_by_run", "run", "with_interval_read"]
 
 
 def read_by_run(arrival_ms: object, arrival_from_ms: int | None, arrival_until_ms: int) -> bool:
@@ -43,6 +43,49 @@ def read_by_run(arrival_ms: object, arrival_from_ms: int | None, arrival_until_m
         return True
     assert isinstance(arrival_ms, int)
     return (arrival_from_ms is None or arrival_ms > arrival_from_ms) and arrival_ms <= arrival_until_ms
+
+
+MAX_READ_INTERVALS = 100
+"""How many disjoint ranges :func:`with_interval_read` keeps before it closes the oldest gap."""
+
+
+def interval_read(read: Sequence[tuple[int, int]], interval: tuple[int, int]) -> bool:
+    """Rule 0 without an arrival column: each run reads the folder of its own interval (``events`` templated per
+    run), so a run is done when its interval ``[start, end)`` lies within one of the disjoint ranges ``read``
+    (:func:`with_interval_read`) holds, whatever order the runs went in; an empty interval (a run whose data
+    interval starts where it ends) is the instant ``start``.
+
+    >>> interval_read([(0, 20), (30, 40)], (10, 20)), interval_read([(0, 20), (30, 40)], (20, 30))
+    (True, False)
+    >>> interval_read([(0, 20)], (5, 5)), interval_read([(0, 20)], (20, 20))
+    (True, False)
+    """
+    start, end = interval[0], max(interval[1], interval[0] + 1)
+    return any(first <= start and end <= last for first, last in read)
+
+
+def with_interval_read(read: Sequence[tuple[int, int]], interval: tuple[int, int]) -> list[tuple[int, int]]:
+    """``read`` with ``interval`` added, as few disjoint ranges, ascending: consecutive data intervals merge into
+    one, so a pipeline whose runs go in order keeps one range. Above :data:`MAX_READ_INTERVALS` ranges (runs whose
+    intervals never touch, such as a trigger timetable's instants) the oldest gaps close: a run that old counts as
+    read.
+
+    >>> with_interval_read([(0, 10), (20, 30)], (10, 20))
+    [(0, 30)]
+    >>> with_interval_read([(0, 10)], (40, 40))
+    [(0, 10), (40, 41)]
+    """
+    spans = sorted([*read, (interval[0], max(interval[1], interval[0] + 1))])
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    while len(merged) > MAX_READ_INTERVALS:
+        (first, _), (_, second_end) = merged[0], merged[1]
+        merged[:2] = [(first, second_end)]
+    return merged
 
 
 def run(
