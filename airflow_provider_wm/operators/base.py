@@ -34,6 +34,7 @@ from airflow_provider_wm.hooks.spark_job import SparkJobHook
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook
 from airflow_provider_wm.lineage import RunLineage, operator_lineage
 from airflow_provider_wm.links import WatermarksLink
+from airflow_provider_wm.mapped import ChecksMappedArguments
 from airflow_provider_wm.state import AssetStateAccessor, CommittedState, StateDamaged, StateKind
 from airflow_provider_wm.timeutil import format_ms, is_templated, to_epoch_ms
 
@@ -89,7 +90,7 @@ class Outcome(Generic[StateT]):
     partition_keys: list[str] = field(default_factory=list)
 
 
-class StatefulSparkOperator(BaseOperator, Generic[StateT]):
+class StatefulSparkOperator(ChecksMappedArguments, BaseOperator, Generic[StateT]):
     """Base of the operators that run a Spark job and carry a committed state between runs.
 
     :param store_path: the watermark store (requests, manifests, published watermarks): an absolute path or
@@ -138,7 +139,8 @@ class StatefulSparkOperator(BaseOperator, Generic[StateT]):
         """A mapped task (``.partial(...).expand(...)``) as :meth:`__init__` makes a task: the scheduler, which
         never builds the instances, sees ``asset`` as an outlet and runs its instances one at a time (across map
         indexes too: each may be a pipeline of its own, and they run one after another). ``asset`` is given to
-        ``partial``; in ``expand`` the scheduler could not know it (see :meth:`committed_state`)."""
+        ``partial``; in ``expand`` the scheduler could not know it (see :meth:`committed_state`). The arguments are
+        checked when the DAG is parsed (:class:`~airflow_provider_wm.mapped.ChecksMappedArguments`)."""
         add_asset_outlet(asset_argument(kwargs.get("asset")), kwargs)
         kwargs["max_active_tis_per_dag"] = one_task_at_a_time(kwargs.get("max_active_tis_per_dag", 1))
         return super().partial(**kwargs)

@@ -22,6 +22,7 @@ from airflow_provider_wm.core.reader import TimeWindow
 from airflow_provider_wm.core.segments import Segment, segment_map
 from airflow_provider_wm.hooks.watermark_store import WatermarkStoreHook, validate_name
 from airflow_provider_wm.links import WatermarksLink
+from airflow_provider_wm.mapped import ChecksMappedArguments
 from airflow_provider_wm.timeutil import format_ms, is_templated
 
 __all__ = ["ReaderTimeWindowOperator", "parse_position", "read_segments", "reader_time_window"]
@@ -150,7 +151,7 @@ def reader_time_window(
     }
 
 
-class ReaderTimeWindowOperator(BaseOperator):
+class ReaderTimeWindowOperator(ChecksMappedArguments, BaseOperator):
     """Push the time window of a reader's position in a stream (Pravega ``getCurrentTimeWindow``) to XCom.
 
     ``lower`` is the lower time of the last watermark whose stream cut the position has passed, ``upper``

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import (
 from airflow.triggers.base import BaseTrigger
 
 from airflow_provider_wm.arguments import location_argument, require_bool, wait_seconds_argument
+from airflow_provider_wm.mapped import ChecksMappedArguments
 
 __all__ = ["DEFERRAL_MARGIN", "DeferrableStoreSensor", "StoreReadError"]
 
@@ -30,7 +31,7 @@ class StoreReadError(RuntimeError):
     fails with the trigger's message, as a poke-mode sensor whose ``poke`` raised would (retries apply)."""
 
 
-class DeferrableStoreSensor(BaseSensorOperator):
+class DeferrableStoreSensor(ChecksMappedArguments, BaseSensorOperator):
     """A sensor whose ``poke`` reads one small document from the watermark store.
 
     Without ``deferrable`` it is a normal sensor (``poke`` or ``reschedule`` mode). With it, ``execute``
