@@ -113,7 +113,8 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     :param timezone: the zone of zone-less bounds and of the partition steps (DST-aware).
     :param partial_partition: keep the last, incomplete partition (default) or drop it.
     :param backfill: ``(start, end)``: re-execute every work unit overlapping it, whatever its state.
-    :param max_work_units: cap per run, oldest first; the rest wait for the next run.
+    :param max_work_units: cap per run: units never done first (oldest first), then re-reads of done ones; the
+        rest wait for the next run.
     :param allow_partial_success: commit the units that succeeded even when some failed (see above).
     :param dry_run: plan and show, run nothing, commit nothing.
     :param logical_time: the run's "now", default ``data_interval_end``: a re-run plans the same. Templated.

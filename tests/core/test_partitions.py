@@ -156,6 +156,24 @@ def test_max_work_units_runs_the_oldest_first_and_reports_the_rest():
     ]
 
 
+def test_under_max_work_units_units_never_done_go_before_grace_re_reads_so_each_run_progresses():
+    """Grace 2 days, two units, a cap of 4: the four re-reads of the last two days would fill every run's cap, and
+    the new day would wait for ever. New units go first: each daily run writes its new day."""
+    state, executed = PartitionState.empty(), []
+    for day in range(3, 9):  # daily runs 2020-01-03 .. 2020-01-08
+        p = plan(DAILY_2020, state, iso_ms("2020-01-01") + (day - 1) * DAY_MS, units=["a", "b"], grace_ms=2 * DAY_MS,
+                 max_work_units=4)  # fmt: skip
+        executed.append([(format_day(u.partition_start), u.unit, u.reason.value) for u in p.executing()])
+        state = run_ok(state, p)
+    assert executed[0] == [(f"2020-01-0{d}", u, "new") for d in (1, 2) for u in "ab"]
+    assert executed[1] == [
+        ("2020-01-01", "a", "within grace"), ("2020-01-01", "b", "within grace"),
+        ("2020-01-03", "a", "new"), ("2020-01-03", "b", "new"),
+    ]  # fmt: skip
+    assert all(sum(reason == "new" for *_, reason in run) == 2 for run in executed[1:])  # the new day, every run
+    assert format_day(state.max_high_watermark()) == "2020-01-08"
+
+
 @pytest.mark.parametrize(
     ("partition", "day", "hours"),
     [("daily", "2026-03-29", 23), ("daily", "2026-10-25", 25), ("hourly", "2026-03-29", 1)],
@@ -289,14 +307,53 @@ def test_a_relative_range_whose_from_is_never_before_its_to_fails_at_build_namin
         {"from": "P5D", "to": "P1D"},
         {"from": "P0D", "to": "-"},  # empty at 00:00 only
         {"from": "P0D", "to": "P0DT1H"},  # empty from 00:00 to 01:59 only
-        {"from": "P0DT1H"},  # to '-'
+        {"from": "P0DT1H"},  # to '-' (hourly: a from in whole hours moves hourly partitions by whole ones)
         {"from": "P9D", "to": "2020-01-01"},  # a static bound: ordered at some runs, so accepted
     ],
 )
 def test_a_relative_range_that_is_not_empty_at_some_time_of_day_is_accepted(watermark):
-    spec = PartitionSpec.build(watermark, "daily")
+    spec = PartitionSpec.build(watermark, "hourly" if "H" in watermark["from"] else "daily")
     now = iso_ms("2020-01-10T12:30")
     assert spec.partitions(now) or watermark.get("to") == "2020-01-01"
+
+
+@pytest.mark.parametrize(
+    ("watermark", "partition", "message"),
+    [
+        ({"from": "P0DT1H"}, "daily", r"from='P0DT1H' moves with every run, and daily partitions"),
+        ({"from": "P30D", "to": "P0D"}, "monthly", r"from='P30D' moves with every run, and monthly partitions"),
+        ({"from": "P7D"}, "weekly", "weekly partitions from a moving start"),
+        ({"from": "P7D"}, "none", "none partitions from a moving start"),
+        (
+            None,
+            {"monthly": ["2026-01-01", "P5D"], "daily": ["P5D", "P0D"]},
+            r"from='P5D' moves .* every from is a date",
+        ),
+        (None, {"monthly": ["2026-01-01", "P5D"], "daily": ["2026-03-01", "P0D"]}, r"to='P5D' of the monthly piece"),
+    ],
+)
+def test_a_moving_from_that_would_move_the_partitions_fails_at_build_naming_it(watermark, partition, message):
+    """Partitions keyed by their start must be the same from run to run: with a monthly grid from 30 days ago, or
+    a composite whose pieces meet 5 days ago, the days written under one run's partitions would be written again
+    under the next run's, beside them in the target."""
+    with pytest.raises(ValueError, match=message):
+        PartitionSpec.build(watermark, partition)
+
+
+@pytest.mark.parametrize(
+    ("watermark", "partition"),
+    [
+        ({"from": "P30D", "to": "P0D"}, "daily"),
+        ({"from": "P2DT3H", "to": "-"}, "hourly"),
+        (None, {"monthly": ["2026-01-01", "2026-03-01"], "daily": ["2026-03-01", "P0D"]}),
+    ],
+)
+def test_a_moving_bound_that_keeps_the_partitions_in_place_is_accepted(watermark, partition):
+    spec = PartitionSpec.build(watermark, partition)
+    day = iso_ms("2026-04-10")
+    first, second = spec.partitions(day), spec.partitions(day + DAY_MS)
+    # a day later the same partition starts, where the two runs' ranges overlap (the target is keyed by start)
+    assert {p.start for p in first if p.start >= second[0].start} <= {p.start for p in second}
 
 
 RELATIVE_BOUNDS = st.one_of(

@@ -29,6 +29,11 @@ class Reason(StrEnum):
 
 EXECUTING_REASONS = frozenset({Reason.NEW, Reason.FAILED_BEFORE, Reason.WITHIN_GRACE, Reason.NEW_TIME, Reason.BACKFILL})
 
+REREADS = frozenset({Reason.WITHIN_GRACE, Reason.NEW_TIME})
+"""Reasons to execute a unit that succeeded before (re-reading late or new rows): under ``max_work_units`` they
+come after the units never done (new, failed, backfilled), so re-reads cannot fill every run's cap and stall the
+pipeline."""
+
 REASON_TEXT = {
     Reason.NEW: "no successful history: the whole partition",
     Reason.FAILED_BEFORE: "its last execution failed: the whole partition again",
@@ -212,8 +217,10 @@ def plan(
     active.sort(key=lambda entry: (entry[0], entry[1]))
     planned = [entry[2] for entry in active]
     if max_work_units is not None:
-        planned[max_work_units:] = [
-            u._replace(reason=Reason.CAPPED, range_start=None, range_end=None) for u in planned[max_work_units:]
+        kept = set(sorted(range(len(planned)), key=lambda i: (planned[i].reason in REREADS, i))[:max_work_units])
+        planned = [
+            u if i in kept else u._replace(reason=Reason.CAPPED, range_start=None, range_end=None)
+            for i, u in enumerate(planned)
         ]
     return Plan(now_ms, cutoff, unit_keys, tuple(planned), tuple(skipped), tuple(starts), tuple(ends))
 

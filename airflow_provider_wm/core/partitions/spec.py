@@ -76,6 +76,7 @@ class PartitionSpec:
             if watermark is None:
                 raise ValueError(f"watermark=None: partition={partition!r} needs a watermark with 'from' and 'to'")
             pieces = [cls._piece(Granularity.parse(partition, "partition"), watermark, "watermark")]
+        _require_fixed_grid(pieces, dict(partition) if isinstance(partition, Mapping) else watermark)
         spec = cls(tuple(pieces), timezone, partial_partition)
         static = [(p.from_, p.to) for p in pieces if p.from_.is_static and p.to.is_static]
         ranges = sorted((a.resolve(0, timezone), b.resolve(0, timezone), a.text, b.text) for a, b in static)
@@ -167,3 +168,44 @@ class PartitionSpec:
             Piece(Granularity(g), TimeBound.parse(f, "from"), TimeBound.parse(t, "to")) for g, f, t in data["pieces"]
         )
         return cls(pieces, str(data["timezone"]), bool(data["partial_partition"]))
+
+
+def _require_fixed_grid(pieces: Sequence[Piece], given: Any) -> None:
+    """The partitions of every run must be the same ones (DIL: "the effective cut off date has no role in defining
+    the partitions; this keeps partitions consistent"): the target and the state are keyed by partition start, so a
+    partition that moves between runs would leave its old one's rows in the target beside the new one's, twice.
+
+    So a relative ``from`` (which moves with the run's "now") is taken only where it moves the partitions by whole
+    partitions: hourly partitions from ``PnD`` or ``PnDTmH`` (whole hours), daily ones from ``PnD`` (local
+    midnights). And in a composite partition every piece's ``from`` is a date, and so is every ``to`` but the last
+    piece's: a moving bound between two pieces would move days from one piece's partitions into the other's.
+
+    >>> _require_fixed_grid([Piece(Granularity.MONTHLY, TimeBound.parse("P90D", "from"), TimeBound.parse("-", "to"))],
+    ...                     {"from": "P90D", "to": "-"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: watermark={'from': 'P90D', 'to': '-'}: from='P90D' moves with every run, and monthly partitions ...
+    """
+    steps = {Granularity.HOURLY: ("days", "hours"), Granularity.DAILY: ("days",)}
+    argument = "partition" if len(pieces) > 1 else "watermark"
+    for piece in pieces:
+        bound = piece.from_
+        if bound.is_static:
+            continue
+        step = "hours" if bound.hours is not None else "days" if bound.days is not None else "minutes"
+        if len(pieces) > 1 or step not in steps.get(piece.granularity, ()):
+            raise ValueError(
+                f"{argument}={given!r}: from={bound.text!r} moves with every run, and {piece.granularity.value} "
+                f"partitions from a moving start would not be the same from run to run (the rows of the old ones "
+                "would stay in the target beside the new ones'): give a date"
+                + (" (in a composite partition, every from is a date)" if len(pieces) > 1 else "")
+            )
+    if len(pieces) > 1:
+        last = max(pieces, key=lambda piece: piece.from_.resolve(0, "UTC"))
+        for piece in pieces:
+            if piece is not last and not piece.to.is_static:
+                raise ValueError(
+                    f"partition={given!r}: to={piece.to.text!r} of the {piece.granularity.value} piece moves with "
+                    "every run, and would move days from the next piece's partitions into its own (their rows would "
+                    "be written twice): where two pieces meet, give a date"
+                )
