@@ -62,11 +62,14 @@ def invalid_time(expression: str) -> str:
     return f"({expression} IS NULL OR {expression} < {MIN_TIME_MS} OR {expression} > {MAX_TIME_MS})"
 
 
-def parse_time(expression: str, data_type: Any, argument: str) -> str:
-    """A time (``expression`` of ``data_type``) as a timestamp, null when missing or unparseable: a timestamp or
-    date as it is (a timestamp without a zone is UTC: the jobs pin the session's time zone), a number as epoch
-    milliseconds, an ISO-8601 string parsed with ``try_to_timestamp``. Any other type fails naming ``argument``,
-    e.g. ``arrival_column='ingested_at' of /data/orders``."""
+def parse_time(expression: str, data_type: Any, argument: str, date_zone: str = "UTC") -> str:
+    """A time (``expression`` of ``data_type``) as a timestamp, null when missing or unparseable: a timestamp as it
+    is (a timestamp without a zone is UTC: the jobs pin the session's time zone), a date as the midnight that starts
+    it in ``date_zone``, a number as epoch milliseconds, an ISO-8601 string parsed with ``try_to_timestamp``. Any
+    other type fails naming ``argument``, e.g. ``arrival_column='ingested_at' of /data/orders``. Example: the date
+    2026-01-02 in ``America/New_York`` is 2026-01-02T05:00:00Z."""
+    if isinstance(data_type, DateType) and date_zone != "UTC":
+        return f"to_utc_timestamp(CAST({expression} AS TIMESTAMP), {string(date_zone)})"
     if isinstance(data_type, (TimestampType, TimestampNTZType, DateType)):
         return f"CAST({expression} AS TIMESTAMP)"
     if isinstance(data_type, IntegralType):
@@ -79,9 +82,9 @@ def parse_time(expression: str, data_type: Any, argument: str) -> str:
     )
 
 
-def time_ms(expression: str, data_type: Any, argument: str) -> str:
+def time_ms(expression: str, data_type: Any, argument: str, date_zone: str = "UTC") -> str:
     """A time as UTC epoch milliseconds, null when missing or unparseable (:func:`parse_time`; a number is
     taken as it is)."""
     if isinstance(data_type, IntegralType):
         return f"CAST({expression} AS BIGINT)"
-    return f"unix_millis({parse_time(expression, data_type, argument)})"
+    return f"unix_millis({parse_time(expression, data_type, argument, date_zone)})"

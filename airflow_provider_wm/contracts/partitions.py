@@ -34,7 +34,8 @@ class PartitionsRequest(JobRequest):
     earlier version quarantined go to its partition ``wm_version=<version>``, so each is counted once.
     ``units`` lists every configured unit (``None``: units are not checked). ``source_partition_timezone``: the
     zone in which ``source_partition_column``'s dates are the rows' dates (the read selects exactly the dates of
-    the ranges); ``None``: not known (a day of margin on each side)."""
+    the ranges); ``None``: not known (a day of margin on each side). ``timezone``: the pipeline's; a ``time_column``
+    of dates gives each row the midnight that starts its date there (other times are instants already)."""
 
     job: ClassVar[str] = "incremental_partitions"
     pipeline: str
@@ -53,6 +54,7 @@ class PartitionsRequest(JobRequest):
     units: list[str] | None = None
     quarantine_path: str | None = None
     version: int = 1
+    timezone: str = "UTC"
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         day of margin on each side. Needs ``source_partition_column``.
     :param timezone: the zone of zone-less bounds and of the partition steps (DST-aware).
     :param partial_partition: keep the last, incomplete partition (default) or drop it.
-    :param backfill: ``(start, end)``: re-execute every work unit overlapping it, whatever its state.
+    :param backfill: ``(start, end)``: re-execute every work unit overlapping it, whatever its state (zone-less
+        dates and date-times in ``timezone``, as the watermark's).
     :param max_work_units: cap per run: units never done first (oldest first), then re-reads of done ones; the
         rest wait for the next run.
     :param allow_partial_success: commit the units that succeeded even when some failed (see above).
@@ -192,7 +193,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
         if unit_column and not self.units:
             raise ValueError(f"unit_column={unit_column!r} needs units (a list or a secondary dataset)")
         self.transform_sql, self.transform_callable = transform_arguments(transform)
-        self.backfill = backfill_argument(backfill)
+        self.backfill = backfill_argument(backfill, timezone)
         if max_work_units is not None and (
             not isinstance(max_work_units, int) or isinstance(max_work_units, bool) or max_work_units < 1
         ):
@@ -422,6 +423,7 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
                 units=list(units) if self.unit_column else None,
                 quarantine_path=run.store.pipeline_url(self.pipeline, "quarantine"),
                 version=run.version,
+                timezone=self.spec.timezone,
             )
             self.log.info("%s work units of %s execute", len(pending), self.pipeline)
             manifest = self.run_job(

@@ -3,12 +3,14 @@ importable function) and the units (a list of values, or a secondary dataset), c
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_wm.arguments import kept_apart, require_paths
 from airflow_provider_wm.core.names import column_name
+from airflow_provider_wm.core.partitions import iso_ms
 from airflow_provider_wm.hooks.watermark_store import validate_name
 from airflow_provider_wm.timeutil import to_epoch_ms
 
@@ -41,20 +43,34 @@ def source_and_target(source: object, target: object) -> None:
     kept_apart({"target": str(target)}, {"source": str(source)})  # both are strings now
 
 
-def backfill_argument(backfill: object) -> tuple[int, int] | None:
-    """``(start, end)`` in epoch ms, start before end, or None (no backfill).
+def backfill_argument(backfill: object, timezone: str = "UTC") -> tuple[int, int] | None:
+    """``(start, end)`` in epoch ms, start before end, or None (no backfill). A zone-less date or date-time is in
+    ``timezone``, the pipeline's, as the watermark's ``from`` and ``to`` are.
 
     >>> backfill_argument(("2026-01-01", "2026-01-02"))
     (1767225600000, 1767312000000)
+    >>> backfill_argument(("2026-01-01", "2026-01-02T00:00:00Z"), "America/New_York")
+    (1767243600000, 1767312000000)
     """
     if backfill is None:
         return None
     if not isinstance(backfill, (tuple, list)) or len(backfill) != 2:
         raise ValueError(f"backfill={backfill!r} must be a (start, end) pair")
-    start, end = (to_epoch_ms(v, "backfill") for v in backfill)
+    start, end = (_backfill_bound_ms(value, timezone) for value in backfill)
     if start >= end:
         raise ValueError(f"backfill={backfill!r}: start must be before end")
     return start, end
+
+
+def _backfill_bound_ms(value: object, timezone: str) -> int:
+    if isinstance(value, str):
+        try:
+            zone_less = dt.datetime.fromisoformat(value.strip()).tzinfo is None
+        except ValueError:
+            zone_less = False
+        if zone_less:
+            return iso_ms(value.strip(), timezone)
+    return to_epoch_ms(value, "backfill")
 
 
 def transform_arguments(transform: str | Callable[..., Any] | None) -> tuple[str | None, str | None]:

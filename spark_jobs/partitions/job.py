@@ -115,7 +115,9 @@ class Job:
         ``intervals``, read from the column :data:`INTERVALS_COLUMN` the rows then carry."""
         args = self.args
         raw = F.col(args.time_column)
-        millis_sql = time_ms(ident(args.time_column), self.time_type, f"time_column={args.time_column!r}")
+        millis_sql = time_ms(
+            ident(args.time_column), self.time_type, f"time_column={args.time_column!r}", args.timezone
+        )
         millis = F.expr(millis_sql)
         reason = (
             F.when(raw.isNull(), QuarantineReason.NULL_TIME.value)
@@ -169,7 +171,12 @@ class Job:
             F.when(
                 F.col("wm_reason").isNull(),
                 F.expr(
-                    parse_time(ident(self.args.time_column), self.time_type, f"time_column={self.args.time_column!r}")
+                    parse_time(
+                        ident(self.args.time_column),
+                        self.time_type,
+                        f"time_column={self.args.time_column!r}",
+                        self.args.timezone,
+                    )
                 ),
             ),
         )
@@ -414,6 +421,7 @@ class Job:
                 ident(self.args.time_column),
                 previous.schema[self.args.time_column].dataType,
                 f"time_column={self.args.time_column!r} of the target {self.args.target}",
+                self.args.timezone,
             )
         )
         kept = (

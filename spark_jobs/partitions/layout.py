@@ -122,6 +122,10 @@ def merged_intervals(units: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     return merged
 
 
+def _local_date(ms: int, zone: dt.tzinfo) -> dt.date:
+    return dt.datetime.fromtimestamp(ms / 1000, zone).date()
+
+
 def _utc(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
@@ -144,8 +148,9 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
     if isinstance(raw_type, (TimestampType, TimestampNTZType)):
         bounds = [(raw >= F.lit(_utc(a))) & (raw < F.lit(_utc(b))) for a, b in intervals]
         out_of_range = (raw < F.lit(_utc(MIN_TIME_MS))) | (raw > F.lit(_utc(MAX_TIME_MS)))
-    elif isinstance(raw_type, DateType):
-        bounds = [(raw >= F.lit(_utc(a).date())) & (raw <= F.lit(_utc(b).date())) for a, b in intervals]
+    elif isinstance(raw_type, DateType):  # a date starts at its midnight in the pipeline's zone (parse_time)
+        zone = zone_info(args.timezone, "timezone")
+        bounds = [(raw >= F.lit(_local_date(a, zone))) & (raw <= F.lit(_local_date(b, zone))) for a, b in intervals]
         out_of_range = (raw < F.lit(_utc(MIN_TIME_MS).date())) | (raw > F.lit(_utc(MAX_TIME_MS).date()))
     elif isinstance(raw_type, IntegralType):
         bounds = [(raw >= F.lit(a)) & (raw < F.lit(b)) for a, b in intervals]

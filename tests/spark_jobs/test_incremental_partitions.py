@@ -223,6 +223,25 @@ def test_a_source_partition_timezone_reads_exactly_the_dates_of_the_ranges_in_th
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("zone", ["America/New_York", "Asia/Tokyo", "UTC"])
+def test_a_date_time_column_puts_each_row_in_the_partition_of_its_date_in_the_pipelines_zone(spark, tmp_path, zone):
+    """A date is the day that starts at its midnight in the pipeline's zone: read as UTC midnight, the row dated
+    01-02 landed in New York's 01-01 (19:00 there), and the one dated 01-01 in no partition at all."""
+    days = [datetime(2020, 1, d).date() for d in range(1, 6)]
+    spark.createDataFrame([(f"d{d.day}", d) for d in days], "id string, order_date date").write.parquet(
+        str(tmp_path / "source")
+    )
+    spec = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily", timezone=zone)
+    the_plan = plan(spec, PartitionState.empty(), iso_ms("2020-01-04", zone))  # 01-01 .. 01-03 are over
+    manifest = execute(spark, tmp_path, the_plan, "dates", time_column="order_date", timezone=zone)
+    written = spark.read.parquet(str(tmp_path / "target")).select("id", "wm_partition").collect()
+    assert sorted((r["id"], r["wm_partition"]) for r in written) == [
+        (f"d{d}", partition_key(iso_ms(f"2020-01-0{d}", zone))) for d in (1, 2, 3)
+    ]
+    assert manifest["totals"]["rows_read"] == 3 and manifest["totals"]["quarantined"] == 0
+
+
+@pytest.mark.slow
 def test_rows_with_a_null_or_unparseable_time_are_quarantined_and_counted(spark, tmp_path):
     rows = [
         ("a", "eu", "2020-01-01 10:00:00"),
