@@ -78,9 +78,11 @@ def _pushable(raw: str, data_type: Any, since: int | None, until: int) -> str:
 
     if not isinstance(data_type, TimestampType | IntegralType):
         return "true"
-    in_range = f"{raw} <= {literal(until)}"
+    # a timestamp can hold microseconds, and the exact filter compares whole milliseconds (unix_millis rounds
+    # down): 10.5 ms arrived at 10 ms, so it is compared with the millisecond after each bound
+    in_range = f"{raw} < {literal(until + 1)}"
     if since is not None:
-        in_range = f"{in_range} AND {raw} > {literal(since)}"
+        in_range = f"{in_range} AND {raw} >= {literal(since + 1)}"
     return f"({in_range}) OR {raw} IS NULL OR {raw} < {literal(MIN_TIME_MS)} OR {raw} > {literal(MAX_TIME_MS)}"
 
 

@@ -258,6 +258,23 @@ def test_a_session_run_counts_each_reason_of_one_key_apart_and_a_too_late_time_r
     assert pipeline.panes() == core_rows(spec, [first, second])
 
 
+def test_an_arrival_with_microseconds_is_read_by_the_run_of_its_millisecond(spark, tmp_path):
+    """Spark's own timestamps carry microseconds: a row that arrived at 10.5 ms arrived at 10 ms (rule 0 on whole
+    milliseconds), so the run up to 10 reads it; the filter pushed to Parquet once dropped it there, and the next
+    run's exact filter too."""
+    spec = AggregationSpec(Tumbling(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"))
+    pipeline = Pipeline(spark, tmp_path, spec)
+    (tmp_path / "events").mkdir()
+    arrivals = pa.array([5_000, 10_500, 15_000], pa.timestamp("us", tz="UTC"))
+    pq.write_table(
+        pa.table({"k": ["a", "b", "c"], "t": pa.array([1, 2, 3], pa.int64()), "v": pa.array([1] * 3, pa.int32()),
+                  "arrival": arrivals}),
+        tmp_path / "events" / "part-0.parquet",
+    )  # fmt: skip
+    read = [pipeline.run([], source=100, arrival=until)["totals"]["events_read"] for until in (10, 20)]
+    assert read == [2, 1]  # 5 ms and 10.5 ms, then 15 ms
+
+
 @pytest.mark.parametrize("window_kind", ["tumbling", "sliding"])
 def test_a_first_run_counts_each_reason_of_one_key_apart_and_a_sliding_event_once(spark, tmp_path, window_kind):
     """A run without stored windows groups its rows by reason too (its counters are counts of those groups): one key
