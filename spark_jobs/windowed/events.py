@@ -86,6 +86,36 @@ def _pushable(raw: str, data_type: Any, since: int | None, until: int) -> str:
     return f"({in_range}) OR {raw} IS NULL OR {raw} < {literal(MIN_TIME_MS)} OR {raw} > {literal(MAX_TIME_MS)}"
 
 
+RESERVED_PREFIX = "wm_"
+"""The prefix of the columns the job adds to the events' own (``wm_t``, ``wm_reason``, ...): an events column may not
+start with it."""
+
+
+def late_columns(columns: list[str]) -> list[str]:
+    """The events' own ``columns`` as the late output selects them (SQL): each under its name, but ``reason`` and
+    ``run_id``, which the late output adds, as ``event_reason`` and ``event_run_id`` (``event_`` again while taken).
+
+    >>> late_columns(["k", "reason", "event_reason"])
+    ['`k`', '`reason` AS `event_event_reason`', '`event_reason`']
+    """
+    taken = set(columns) | set(LATE_OUTPUT_COLUMNS)
+    selected = []
+    for column in columns:
+        if column not in LATE_OUTPUT_COLUMNS:
+            selected.append(ident(column))
+            continue
+        name = f"event_{column}"
+        while name in taken:
+            name = f"event_{name}"
+        taken.add(name)
+        selected.append(f"{ident(column)} AS {ident(name)}")
+    return selected
+
+
+LATE_OUTPUT_COLUMNS = ("reason", "run_id")
+"""What the late output adds to the rows' own columns."""
+
+
 def missing_events(path: str, allowed: bool) -> None:
     """An events path that does not exist fails the run, unless ``allowed`` (``allow_missing_events``): then it is a
     run with no events, and a warning names it. A run that read nothing from a mistyped path would still advance
@@ -124,6 +154,12 @@ class Events(JobBase):
         if read is None:
             return None
         events, schema = read
+        reserved = [name for name in schema.names if name.lower().startswith(RESERVED_PREFIX)]
+        if reserved:
+            raise ValueError(
+                f"events {source.events} have the columns {reserved}: names starting with {RESERVED_PREFIX!r} are the "
+                "job's own (they would clash with the columns it adds); rename them at the source"
+            )
         arrival_column = source.arrival_column
         invalid_arrival = "false"
         if arrival_column:

@@ -31,6 +31,7 @@ from spark_jobs.windowed.base import (
     checkpoint_with_totals,
     run_totals,
 )
+from spark_jobs.windowed.events import late_columns
 from spark_jobs.windowed.firing import Firing, write_state
 from spark_jobs.windowed.rollup import ROLLUP_LATE_REASONS, LiveSnapshot
 
@@ -149,7 +150,7 @@ class Job(Firing):
             windows_count = int(observed["windows"])
             if any(n for reason, n in counts.items() if reason is not None):
                 late = classified.where("wm_reason IS NOT NULL").selectExpr(
-                    *[ident(c) for c in events.columns if c not in JOB_COLUMNS],
+                    *late_columns([c for c in events.columns if c not in JOB_COLUMNS]),
                     "wm_reason AS reason",
                     f"{string(self.run_id)} AS run_id",
                 )

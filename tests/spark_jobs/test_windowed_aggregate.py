@@ -258,6 +258,28 @@ def test_a_session_run_counts_each_reason_of_one_key_apart_and_a_too_late_time_r
     assert pipeline.panes() == core_rows(spec, [first, second])
 
 
+def test_events_columns_named_as_the_late_outputs_own_are_kept_under_another_name(spark, tmp_path):
+    """An events column ``reason`` or ``run_id``: the late output adds its own, so the event's are written as
+    ``event_reason`` and ``event_run_id`` (the run with the first late row failed on the clash, and every retry)."""
+    spec = AggregationSpec(Tumbling(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"))
+    schema = "k string, t long, reason string, run_id string, arrival long"
+    pipeline = Pipeline(spark, tmp_path, spec, schema=schema)
+    pipeline.run([("a", 1, "x", "r1")], source=20)
+    manifest = pipeline.run([("a", 2, "y", "r2"), ("a", 25, "z", "r3")], source=40)  # t=2: too late
+    assert manifest["totals"]["too_late"] == 1
+    late = spark.read.parquet(str(tmp_path / "late")).collect()
+    assert [(r["reason"], r["run_id"], r["event_reason"], r["event_run_id"]) for r in late] == [
+        ("TOO_LATE", "run-2", "y", "r2")
+    ]
+
+
+def test_events_columns_named_as_the_jobs_own_fail_the_run_naming_them(spark, tmp_path):
+    spec = AggregationSpec(Tumbling(10), (Aggregate("n", "count"),), ("k",), StoreWatermark("s"))
+    pipeline = Pipeline(spark, tmp_path, spec, schema="k string, t long, wm_t long, arrival long")
+    with pytest.raises(ValueError, match=r"have the columns \['wm_t'\]: names starting with 'wm_' are the job's own"):
+        pipeline.run([("a", 1, 1)], source=20)
+
+
 def test_an_arrival_with_microseconds_is_read_by_the_run_of_its_millisecond(spark, tmp_path):
     """Spark's own timestamps carry microseconds: a row that arrived at 10.5 ms arrived at 10 ms (rule 0 on whole
     milliseconds), so the run up to 10 reads it; the filter pushed to Parquet once dropped it there, and the next
