@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+from collections.abc import Iterable
 
-__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "epoch_ms", "format_ms", "is_valid_time_ms"]
+__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "disjoint_union", "epoch_ms", "format_ms", "is_valid_time_ms"]
 
 MIN_TIME_MS = 0
 """1970-01-01T00:00:00.000Z."""
@@ -66,3 +67,19 @@ def format_ms(value: int | None) -> str:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def disjoint_union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of half-open ranges ``[start, end)`` as disjoint ranges, ascending; ranges that overlap or touch
+    merge.
+
+    >>> disjoint_union([(20, 30), (0, 10), (10, 15), (25, 40)])
+    [(0, 15), (20, 40)]
+    """
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged

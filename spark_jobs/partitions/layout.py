@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 
 from airflow_provider_wm.contracts import PartitionsRequest
 from airflow_provider_wm.core.partitions import local_dates, zone_info
-from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS
+from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS, disjoint_union
 from spark_jobs.common import Observed, physical_plan, plan_operators
 
 __all__ = [
@@ -112,14 +112,7 @@ def work_unit_key(unit: dict[str, Any]) -> tuple[str, str]:
 
 def merged_intervals(units: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
     """The union of the units' ranges as few disjoint intervals (the read filter stays short)."""
-    spans = sorted((int(u["range_start"]), int(u["range_end"])) for u in units)
-    merged: list[tuple[int, int]] = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
+    return disjoint_union((int(u["range_start"]), int(u["range_end"])) for u in units)
 
 
 def _local_date(ms: int, zone: dt.tzinfo) -> dt.date:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -132,15 +133,22 @@ def test_a_templated_store_path_is_checked_as_rendered_before_anything_is_read()
         operator.execute({})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("argument", "rendered"), [("source", "src"), ("target", "./out/t")])
-def test_a_templated_data_path_is_checked_as_rendered_before_anything_is_read(argument, rendered):
+@pytest.mark.parametrize(
+    ("argument", "rendered", "message"),
+    [
+        ("source", "src", "source='src' must be an absolute path or a URL"),
+        ("target", "./out/t", "target='./out/t' must be an absolute path or a URL"),
+        ("target", "/src/daily", "target='/src/daily' lies inside source='/src': give each its own"),
+    ],
+)
+def test_a_templated_data_path_is_checked_as_rendered_before_anything_is_read(argument, rendered, message):
     operator = IncrementalPartitionsOperator(
         task_id="orders", pipeline="p", source="{{ var.value.src }}", time_column="t", target="{{ var.value.t }}",
         store_path="/wm", watermark={"from": "2026-01-01", "to": "P0D"},
     )  # fmt: skip
     operator.source, operator.target = "/src", "/t"
     setattr(operator, argument, rendered)  # what the template rendered to
-    with pytest.raises(ValueError, match=rf"^{argument}={rendered!r} must be an absolute path or a URL"):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         operator.execute({})  # type: ignore[arg-type]
 
 
@@ -194,16 +202,6 @@ def test_a_run_without_a_data_interval_takes_its_run_after_as_its_logical_time(a
     assert run.data_interval_end is None
     assert {ti.task_id: str(ti.state) for ti in run.get_task_instances()} == {"orders": "success"}
     assert committed("p_no_interval")["processed_until_ms"] == int(JAN_6.timestamp() * 1000)
-
-
-def test_a_templated_target_that_renders_inside_the_source_is_refused_before_anything_is_read():
-    operator = IncrementalPartitionsOperator(
-        task_id="orders", pipeline="p", source="/src", time_column="t", target="{{ params.target }}",
-        store_path="/wm", watermark={"from": "2026-01-01", "to": "P0D"},
-    )  # fmt: skip
-    operator.target = "/src/daily"  # what the template rendered to
-    with pytest.raises(ValueError, match=r"^target='/src/daily' lies inside source='/src': give each its own"):
-        operator.execute({})  # type: ignore[arg-type]
 
 
 def test_a_templated_output_that_renders_inside_the_events_is_refused_before_anything_is_read():

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_wm.core.times import is_valid_time_ms
+from airflow_provider_wm.core.times import disjoint_union, is_valid_time_ms
 from airflow_provider_wm.core.windowing.aggregates import Aggregate, values_are_usable
 from airflow_provider_wm.core.windowing.lateness import LateReason, is_open, too_late_reason
 from airflow_provider_wm.core.windowing.modes import Accumulation, Timing
@@ -75,13 +75,7 @@ def with_interval_read(read: Sequence[tuple[int, int]], interval: tuple[int, int
     >>> with_interval_read([(0, 10)], (40, 40))
     [(0, 10), (40, 41)]
     """
-    spans = sorted([*read, (interval[0], max(interval[1], interval[0] + 1))])
-    merged: list[tuple[int, int]] = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
+    merged = disjoint_union([*read, (interval[0], max(interval[1], interval[0] + 1))])
     while len(merged) > MAX_READ_INTERVALS:
         (first, _), (_, second_end) = merged[0], merged[1]
         merged[:2] = [(first, second_end)]
