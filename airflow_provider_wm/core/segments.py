@@ -191,9 +191,25 @@ def stream_cut(
     previous: Mapping[int, int] | None,
     segments: Mapping[int, Segment],
 ) -> tuple[StreamCut, bool]:
-    """The watermark's cut: upper bound of the positions merged with the previous cut, then completed."""
-    bound = upper_bound([*positions, previous or {}], segments)
-    return complete_cut(bound, segments)
+    """The watermark's cut: upper bound of the positions merged with the previous cut, then completed.
+
+    A segment that ``segments`` no longer holds (excluded as invalid, or removed) but that the previous cut or a
+    writer's stored position names keeps its highest offset in the cut, which is then not complete: dropped, the
+    cut would move back over that segment's key range, which no known segment covers.
+
+    >>> thirds = segment_map([Segment(0, 0.0, 1 / 3), Segment(2, 2 / 3, 1.0)])  # segment 1 is gone
+    >>> stream_cut([{0: 20}], {0: 10, 1: 10, 2: 10}, thirds)
+    ({0: 20, 2: 10, 1: 10}, False)
+    """
+    known: list[dict[int, int]] = []
+    unknown: StreamCut = {}
+    for position in [*positions, previous or {}]:
+        known.append({segment_id: offset for segment_id, offset in position.items() if segment_id in segments})
+        for segment_id, offset in position.items():
+            if segment_id not in segments and offset > unknown.get(segment_id, -1):
+                unknown[segment_id] = offset
+    cut, complete = complete_cut(upper_bound(known, segments), segments)
+    return {**cut, **unknown}, complete and not unknown
 
 
 def cut_position_at(cut: Mapping[int, int], segments: Mapping[int, Segment], key: float) -> tuple[int, int]:

@@ -56,13 +56,16 @@ from tests.spark_jobs.codegen import generated_code
 SEGMENTS = {"s": SPLIT, "t": THIRDS}
 
 
-def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=SEGMENTS):
+def run_both(spark, tmp_path: Path, batches, config: ControllerConfig, segments=SEGMENTS, later_segments=None):
     """Run the same rounds through core and through the job; yields (core result, manifest, job state). A round
-    without sequenced marks must account for each mark it read in exactly one count of its totals."""
+    without sequenced marks must account for each mark it read in exactly one count of its totals.
+    ``later_segments``: the segments from the second round on (default: ``segments``)."""
     core_state, job_state, processed_until, processed_marks = ControllerState(), None, None, 0
-    core_segments = {name: segment_map(segs) for name, segs in segments.items()}
     for i, batch in enumerate(batches):
         now = 2_000 * (i + 1)
+        if i == 1 and later_segments is not None:
+            segments = later_segments
+        core_segments = {name: segment_map(segs) for name, segs in segments.items()}
         core = run_round(core_state, batch, core_segments, now, config)
         sequenced = any(m.is_sequenced and in_round(m.reported_at_ms, processed_until, now) for m in batch)
         manifest, job_state = run_spark_round(
@@ -201,6 +204,21 @@ def test_a_scale_event_moves_the_cut_to_the_successor_segments(spark, tmp_path):
     assert results[1][1]["streams"]["s"]["watermark"]["stream_cut"] == {
         "0": 15, "2": 50, str(E1 | 3): 5, str(E1 | 4): 6,
     }  # fmt: skip
+
+
+def test_a_segment_gone_from_the_segments_keeps_its_offset_in_the_cut_which_is_then_not_complete(spark, tmp_path):
+    """The stored cut names segment 1, which the segments of the next round no longer hold (removed, or excluded
+    as invalid): the cut keeps its offset instead of moving back over its key range (core crashed; the job
+    dropped it)."""
+    first = [mark("w1", 100, {0: 10, 1: 10, 2: 10}, reported_at_ms=1_000)]
+    second = [mark("w1", 200, {0: 20}, reported_at_ms=3_000)]
+    config = ControllerConfig(writer_timeout_ms=600_000, initial_delay_ms=0)
+    without_1 = {"s": [THIRDS[0], THIRDS[2]]}
+    results = list(run_both(spark, tmp_path, [first, second], config, {"s": THIRDS}, later_segments=without_1))
+    for core, manifest, state in results:
+        assert_same(core, manifest, state, spark, "")
+    stream = results[1][1]["streams"]["s"]
+    assert stream["watermark"]["stream_cut"] == {"0": 20, "1": 10, "2": 10} and stream["cut_complete"] is False
 
 
 def test_a_plain_and_a_sequenced_mark_quarantined_for_the_same_reason_both_count(spark, tmp_path):
