@@ -85,6 +85,9 @@ class WindowedTotals(Contract):
     panes: PaneCounts = field(default_factory=PaneCounts)
     windows_open: int = 0
     windows_purged: int = 0
+    sums_out_of_range: int = 0
+    """Panes fired (retractions aside) with a sum of integers past a 64-bit integer, written as null (the state
+    keeps the exact sum: ``core.windowing.Aggregate.finish``)."""
 
     def table(self) -> str:
         """The run's figures, one per line, for the task log::
@@ -103,6 +106,7 @@ class WindowedTotals(Contract):
             *((f"panes {timing}", count) for timing, count in self.panes.to_json().items()),
             ("windows open", self.windows_open),
             ("windows purged", self.windows_purged),
+            ("sums out of range", self.sums_out_of_range),
         ]
         return "\n".join(f"{name:<22}{count:>12}" for name, count in rows)
 

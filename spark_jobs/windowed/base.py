@@ -3,10 +3,11 @@ the partial-aggregate columns of the spec's aggregates, and the job's column nam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegralType, StructType
 
 from airflow_provider_wm.contracts import WindowedRequest
 from airflow_provider_wm.core.windowing import (
@@ -34,6 +35,8 @@ RUN_ROWS = ("wm_events", *RUN_COUNTERS)
 """What :meth:`Events.new_partials` adds after a window's partials: its pending count, then :data:`RUN_COUNTERS`."""
 JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG, INVALID_VALUE_FLAG)
 """What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
+EXACT_SUMS = "exact_sums"
+"""In the state's schema document: the aggregates whose partial is :func:`exact_sum` (``DECIMAL(38,0)``)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")
 """Per live upstream pane of a rollup, after its keys and window: what ranks it against newer rows."""
 
@@ -69,6 +72,16 @@ def unusable_value(columns: Sequence[str]) -> str:
     aggregates read (a decimal or an integer cannot be NaN or infinite): one of them is NaN or +/-infinity. A
     null is usable (false, not null)."""
     return any_of([f"isnan({ident(c)}) OR abs({ident(c)}) <=> CAST('Infinity' AS DOUBLE)" for c in columns])
+
+
+def exact_sum(column: str) -> str:
+    """The exact sum of an integral column (SQL text over the quoted ``column``), a ``DECIMAL(38,0)``, as core sums
+    Python integers. Each value is split as ``v = hi * 2**32 + lo`` (``hi = v >> 32``, ``0 <= lo < 2**32``) and
+    the two halves are summed as longs, which cannot overflow below 2**31 rows per group: a ``sum`` of longs is
+    as fast, and a ``sum`` of decimals, half as slow again. Example: 2**62 and 2**62 sum to 2**63 (hi 2**30 + 2**30,
+    lo 0), which a long ``sum`` fails on (``ARITHMETIC_OVERFLOW``)."""
+    value = f"CAST({column} AS BIGINT)"
+    return f"CAST(sum(shiftright({value}, 32)) AS DECIMAL(38,0)) * 4294967296 + sum({value} & 4294967295)"
 
 
 def carried(column: str) -> str:
@@ -126,6 +139,24 @@ class JobBase:
         self.previous_watermark: int | None = request.previous_watermark_ms
         self.previous_max_event: int | None = request.previous_max_event_time_ms
         self.source_watermark: int | None = request.source_watermark_ms
+        self._exact_of_input: frozenset[str] | None = None
+        self._exact_of_state: frozenset[str] = frozenset()
+
+    def note_input_types(self, schema: StructType, column_of: Callable[[str], str] = str) -> None:
+        """Note which built-in sums and means read an integral column of an input (``column_of``: the name an
+        aggregate gives a column of ``schema``): their partials are :func:`exact_sum`."""
+        integral = {column_of(f.name).lower() for f in schema.fields if isinstance(f.dataType, IntegralType)}
+        exact = {
+            a.name
+            for a in self.spec.aggregates
+            if isinstance(a, Aggregate) and a.function in ("sum", "avg") and str(a.column).lower() in integral
+        }
+        self._exact_of_input = (self._exact_of_input or frozenset()) | exact
+
+    def exact_sums(self) -> frozenset[str]:
+        """The aggregates whose partial is an exact sum of integers: as the run's input says (the types of its
+        columns), or when the run reads none, as the state it reads says (:data:`EXACT_SUMS`)."""
+        return self._exact_of_state if self._exact_of_input is None else self._exact_of_input
 
     def partial_columns(self) -> list[str]:
         names: list[str] = []
@@ -140,6 +171,7 @@ class JobBase:
         """Aggregates over accepted events (SQL text): one partial column (two for avg) per aggregate.
         ``count(*)`` counts the rows where ``counted`` holds (default: all)."""
         exprs: list[str] = []
+        exact = self.exact_sums()
         for agg in self.spec.aggregates:
             name = f"p_{agg.name}"
             if isinstance(agg, SqlAggregate):
@@ -147,6 +179,12 @@ class JobBase:
             elif agg.function == "count":
                 row = "1" if counted is None else f"CASE WHEN {counted} THEN 1 END"
                 exprs.append(f"count({ident(agg.column) if agg.column else row}) AS {ident(name)}")
+            elif agg.function in ("sum", "avg") and agg.name in exact:
+                column = ident(str(agg.column))
+                total = name if agg.function == "sum" else f"{name}_sum"
+                exprs.append(f"{exact_sum(column)} AS {ident(total)}")
+                if agg.function == "avg":
+                    exprs.append(f"count({column}) AS {ident(name + '_count')}")
             elif agg.function == "avg":
                 column = ident(str(agg.column))
                 exprs += [f"sum({column}) AS {ident(name + '_sum')}", f"count({column}) AS {ident(name + '_count')}"]
@@ -174,8 +212,10 @@ class JobBase:
         return counting | {c for c in self.partial_columns() if c.endswith("_count")}
 
     def final_values(self) -> str:
-        """The pane's values, as a struct named after the aggregates (SQL text)."""
+        """The pane's values, as a struct named after the aggregates (SQL text): ``core.windowing.Aggregate.finish``
+        (an exact sum is a long, null past one; a mean the sum as a double over the count)."""
         fields: list[str] = []
+        exact = self.exact_sums()
         for agg in self.spec.aggregates:
             name = ident(f"p_{agg.name}")
             if isinstance(agg, SqlAggregate):
@@ -183,7 +223,20 @@ class JobBase:
             elif agg.function == "avg":
                 total, count = ident(f"p_{agg.name}_sum"), ident(f"p_{agg.name}_count")
                 value = f"CASE WHEN {count} > 0 THEN CAST({total} AS DOUBLE) / {count} END"
+            elif agg.name in exact:
+                value = f"try_cast({name} AS BIGINT)"
             else:
                 value = name
             fields.append(f"{string(agg.name)}, {value}")
         return f"named_struct({', '.join(fields)})"
+
+    def out_of_range(self) -> str:
+        """Whether a window's exact sum is past a long, so its pane's value is null (SQL text; ``false`` when the
+        spec sums no integers)."""
+        exact = self.exact_sums()
+        sums = [
+            ident(f"p_{a.name}")
+            for a in self.spec.aggregates
+            if isinstance(a, Aggregate) and a.function == "sum" and a.name in exact
+        ]
+        return any_of([f"{c} IS NOT NULL AND try_cast({c} AS BIGINT) IS NULL" for c in sums])

@@ -154,6 +154,10 @@ class Events(JobBase):
         if read is None:
             return None
         events, schema = read
+        if input_name is None:
+            self.note_input_types(schema)
+        else:
+            self.note_input_types(schema, lambda column: input_column(str(input_name), column))
         reserved = [name for name in schema.names if name.lower().startswith(RESERVED_PREFIX)]
         if reserved:
             raise ValueError(

@@ -17,7 +17,7 @@ from airflow_provider_wm.core.windowing import (
 )
 from spark_jobs.common import path_exists, read_schema_document
 from spark_jobs.sql_text import case, ident, string
-from spark_jobs.windowed.base import NEXT_HORIZON, STATE_FLAGS, WATERMARK, carried, is_open, with_cut_offs
+from spark_jobs.windowed.base import EXACT_SUMS, NEXT_HORIZON, STATE_FLAGS, WATERMARK, carried, is_open, with_cut_offs
 from spark_jobs.windowed.rollup import Rollup
 
 
@@ -52,6 +52,7 @@ class Firing(Rollup):
             return None
         stored = self._state_document
         if stored is not None:
+            self._exact_of_state = frozenset(stored.get(EXACT_SUMS, ()))
             schema = StructType.fromJson(stored)
             state, columns = self.spark.read.schema(schema).parquet(state_in), schema.fieldNames()
         elif not path_exists(self.spark, state_in):

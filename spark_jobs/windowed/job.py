@@ -25,6 +25,7 @@ from spark_jobs.common import job_session, observe, observed_below, submit_main,
 from spark_jobs.driver_outputs import driver_can_write, fetch_tables, replace_folder, spark_schema
 from spark_jobs.sql_text import ident, string
 from spark_jobs.windowed.base import (
+    EXACT_SUMS,
     JOB_COLUMNS,
     RUN_COUNTERS,
     RUN_PARTITION,
@@ -220,8 +221,9 @@ class Job(Firing):
                 (self.panes(decided, watermark), self.pane_columns()),
                 (self.next_state(decided), self.state_columns()),
             ]
-            if windows_count is None:
-                projections.append((decided.agg(F.expr("count(1) AS windows")), ["windows"]))
+            counted = self.fired_counts(decided, fired_only=windows_count is not None)
+            if counted is not None:
+                projections.append((counted, counted.columns))
         tables = fetch_tables(projections)  # at most driver_output_rows windows (checked by write_windows)
         if live is not None:
             snapshot = tables.pop(0)
@@ -230,17 +232,19 @@ class Job(Firing):
         if decided is None:
             return None
         panes, state = tables[0], tables[1]
+        counts = tables[2].to_pylist()[0] if len(tables) > 2 else {}
         if windows_count is None:
-            windows_count = int(tables[2].column("windows")[0].as_py())
+            windows_count = int(counts["windows"])
         replace_folder(panes, partition)
         self._document_output(spark_schema(panes))
         replace_folder(state, request.state_out)
-        write_schema_document(request.state_out, spark_schema(state), state.num_rows)
+        write_schema_document(request.state_out, spark_schema(state), state.num_rows, self._state_extra())
         retraction = panes.column("retraction")
         timing = panes.filter(pc.invert(retraction)).column("pane")
         fired = {t.value: int(pc.sum(pc.equal(timing, t.value)).as_py() or 0) for t in Timing}
         fired["retractions"] = int(pc.sum(retraction).as_py() or 0)
         fired["windows"], fired["purged"] = windows_count, windows_count - state.num_rows
+        fired["out_of_range"] = int(counts.get("out_of_range") or 0)
         hours = None
         if request.fired_hours:  # a global window starts at no hour
             starts = panes.column("window_start")
@@ -271,6 +275,7 @@ class Job(Firing):
                 "sum(CASE WHEN wm_fires THEN size(owed) + CAST(last_pane IS NOT NULL AS INT) END) AS retractions",
                 "count(1) AS windows",
                 "count(CASE WHEN wm_purged THEN 1 END) AS purged",
+                self._out_of_range_count(),
             )
         ]
         counted, fired_observed = observe(decided, "fired", *counts)
@@ -282,8 +287,24 @@ class Job(Firing):
             assert row is not None  # an aggregation without grouping has one row
             fired_counts = row.asDict()
         fired = {name: int(value or 0) for name, value in fired_counts.items()}
-        write_schema_document(request.state_out, state.schema, fired["windows"] - fired["purged"])
+        write_schema_document(request.state_out, state.schema, fired["windows"] - fired["purged"], self._state_extra())
         return Written(fired, self._fired_hours() if request.fired_hours else None, "spark")
+
+    def _out_of_range_count(self) -> str:
+        """The windows that fire a sum past a long (:meth:`~spark_jobs.windowed.base.JobBase.out_of_range`)."""
+        return f"count(CASE WHEN wm_fires AND ({self.out_of_range()}) THEN 1 END) AS out_of_range"
+
+    def fired_counts(self, decided: DataFrame, fired_only: bool) -> DataFrame | None:
+        """One row: the number of ``windows`` decided (unless ``fired_only``) and of those that fire a sum past a
+        long (when the spec sums integers); ``None``: nothing to count."""
+        counts = [] if fired_only else ["count(1) AS windows"]
+        if self.out_of_range() != "false":
+            counts.append(self._out_of_range_count())
+        return decided.agg(*[F.expr(c) for c in counts]) if counts else None
+
+    def _state_extra(self) -> dict[str, Any]:
+        """What the state's schema document records beside its schema (:data:`EXACT_SUMS`)."""
+        return {EXACT_SUMS: sorted(self.exact_sums())}
 
     def _fired_hours(self) -> list[int]:
         """The distinct UTC hours (epoch ms) in which the windows of this run's panes start, read back from the
@@ -344,6 +365,7 @@ class Job(Firing):
                 "panes": pane_counts,
                 "windows_open": int(fired["windows"]) - int(fired["purged"]) if fired else 0,
                 "windows_purged": int(fired["purged"]) if fired else 0,
+                "sums_out_of_range": int(fired.get("out_of_range") or 0) if fired else 0,
             },
             "output": request.output,
             "late_output": request.late_output if late else None,

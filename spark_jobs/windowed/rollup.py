@@ -53,6 +53,7 @@ class Rollup(Events):
         if read is None:
             return None
         panes, self._pane_schema = read
+        self.note_input_types(self._pane_schema)
         needed = ["window_start", "window_end", "pane_index", "retraction", RUN_PARTITION, *self.keys]
         missing = [c for c in needed if c not in self._pane_schema.names]
         if missing:

@@ -46,9 +46,9 @@ from airflow_provider_wm.core.windowing import (
     run_on_panes,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window
-from spark_jobs.common import read_dataset_and_schema, write_schema_document
+from spark_jobs.common import SCHEMA_DOCUMENT, read_dataset_and_schema, write_schema_document
 from spark_jobs.windowed import run_request as run_windowed
-from spark_jobs.windowed.base import RUN_PARTITION
+from spark_jobs.windowed.base import EXACT_SUMS, RUN_PARTITION
 from spark_jobs.windowed.job import Job
 from tests.spark_jobs.codegen import generated_code
 
@@ -643,6 +643,85 @@ def test_job_panes_equal_core_over_random_runs(spark, tmp_path, window_kind, acc
         expected_late = Counter((e.key[0], e.time_ms, why) for r in results for e, why in r.late)
         assert Counter(row[:3] for row in pipeline.late()) == expected_late, seed
         assert writers - {None} == {writer}, seed
+
+
+LONG_SCHEMA = "k string, t long, v long, arrival long"
+HUGE_LONGS = [2**62, -(2**62), 2**63 - 1, -(2**63), 2**53 + 1]
+
+
+def out_of_range_sums(result) -> int:
+    """The panes a core run fires (retractions aside) whose sum ``s`` is past a long: null while ``nv`` counts
+    values (:data:`AGGREGATES`)."""
+    return sum(p.values[2] is None and p.values[1] > 0 for p in result.panes if not p.retraction)
+
+
+@pytest.mark.parametrize("window_kind", list(WINDOWS))
+def test_job_sums_and_means_of_longs_near_the_64_bit_limits_equal_core_over_random_runs(spark, tmp_path, window_kind):
+    """Sums of longs are exact across runs (a long ``sum`` overflowed, and failed every later run), a pane's sum
+    past a long is null and counted, and a mean is the exact sum as a double over the count, as in core."""
+    seed = zlib.crc32(f"longs-{window_kind}".encode())
+    rnd = random.Random(seed)
+    spec, runs = random_case(rnd, window_kind, rnd.choice(list(Accumulation)))
+    runs = [([(k, t, rnd.choice([None, 3, -2, *HUGE_LONGS])) for k, t, _ in rows], source) for rows, source in runs]
+    pipeline = Pipeline(spark, tmp_path, spec, schema=LONG_SCHEMA)
+    pipeline.driver_output_rows = 0 if seed % 2 else None  # either writer
+    state, results, out_of_range = AggregationState(), [], 0
+    for rows, source in runs:
+        result = run(spec, state, [Event(t, (k,), {"v": v}) for k, t, v in rows], source)
+        state = result.state
+        results.append(result)
+        manifest = pipeline.run(rows, source=source)
+        assert manifest["totals"]["sums_out_of_range"] == out_of_range_sums(result), seed
+        out_of_range += out_of_range_sums(result)
+    assert pipeline.panes() == core_rows(spec, results), seed
+    assert dict(spark.read.parquet(str(tmp_path / "panes")).dtypes)["s"] == "bigint"
+
+
+def test_a_sum_of_longs_past_a_long_is_null_and_counted_and_the_next_pane_back_in_range_is_exact(spark, tmp_path):
+    spec = AggregationSpec(
+        Tumbling(10), (Aggregate("s", "sum", "v"), Aggregate("a", "avg", "v")), ("k",), StoreWatermark("s"),
+        early_firing=True,
+    )  # fmt: skip
+    pipeline = Pipeline(spark, tmp_path, spec, schema=LONG_SCHEMA)
+    totals = [pipeline.run([("a", t, v)], source=0)["totals"] for t, v in ((1, 2**62), (2, 2**62), (3, -10))]
+    assert [p[3] for p in sorted(pipeline.panes(), key=lambda p: p[5])] == [
+        (2**62, 2.0**62),
+        (None, 2.0**62),
+        (2**63 - 10, float(2**63 - 10) / 3),
+    ]
+    assert [t["sums_out_of_range"] for t in totals] == [0, 1, 0]
+    document = json.loads((tmp_path / "state" / "v3" / SCHEMA_DOCUMENT).read_text())
+    assert document[EXACT_SUMS] == ["a", "s"]
+    assert {f["name"]: f["type"] for f in document["fields"]}["p_s"] == "decimal(38,0)"
+
+
+@pytest.mark.parametrize("writer_rows", [0, None], ids=["spark", "arrow"])
+def test_a_state_stored_with_long_sums_takes_the_next_runs_exact_sums(spark, tmp_path, writer_rows):
+    """A state whose sums are longs, as stored before sums of integers were exact, merges with a run's exact
+    sums; a run that reads no events keeps its long sums."""
+    spec = AggregationSpec(Tumbling(10), (Aggregate("s", "sum", "v"),), ("k",), StoreWatermark("s"), early_firing=True)
+    pipeline = Pipeline(spark, tmp_path, spec, schema=LONG_SCHEMA)
+    pipeline.driver_output_rows = writer_rows
+    pipeline.run([("a", 1, 2**62), ("b", 1, 5)], source=0)
+    stored = tmp_path / "state" / "v1"
+    files = list(stored.glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    for f in files:
+        f.unlink()
+    pq.write_table(table.set_column(table.schema.get_field_index("p_s"), "p_s", table["p_s"].cast(pa.int64())),
+                   stored / "part-0.parquet")  # fmt: skip
+    document = json.loads((stored / SCHEMA_DOCUMENT).read_text())
+    del document[EXACT_SUMS]
+    document["fields"] = [{**f, "type": "long"} if f["name"] == "p_s" else f for f in document["fields"]]
+    (stored / SCHEMA_DOCUMENT).write_text(json.dumps(document))
+    pipeline.run([], source=0)  # no events: the stored long sums as they are
+    pipeline.run([("a", 2, 2**62), ("b", 2, 1)], source=0)
+    assert sorted((p[0], p[3], p[5]) for p in pipeline.panes(3)) == [(("a",), (None,), 1), (("b",), (6,), 1)]
+    pipeline.run([("a", 3, -1)], source=20)
+    assert sorted((p[0], p[3], p[4]) for p in pipeline.panes(4)) == [
+        (("a",), (2**63 - 1,), "ON_TIME"),
+        (("b",), (6,), "ON_TIME"),
+    ]
 
 
 WRITTEN_ELSEWHERE = ("output", "late_output", "state_path", "live_path", "duration_s", "writer")

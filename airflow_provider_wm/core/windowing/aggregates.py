@@ -11,17 +11,22 @@ from typing import Any
 from airflow_provider_wm.core.names import column_name
 
 __all__ = [
+    "BIGINT_MAX",
+    "BIGINT_MIN",
     "BUILTIN_FUNCTIONS",
     "OUTPUT_COLUMNS",
     "Aggregate",
     "SqlAggregate",
     "aggregated_columns",
+    "fits_bigint",
     "values_are_usable",
 ]
 
 BUILTIN_FUNCTIONS = ("count", "sum", "min", "max", "avg")
 OUTPUT_COLUMNS = ("window_start", "window_end", "pane", "pane_index", "retraction", "watermark_ms", "run_id")
 """Columns every pane row has; an aggregate or key may not use these names."""
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+"""The range of a pane's sum of integers (a 64-bit integer, as Spark's ``sum`` of an integral column)."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +89,33 @@ class Aggregate:
         return _merge_nullable(a, b, {"sum": _add, "min": min, "max": max}[self.function])
 
     def finish(self, partial: Any) -> Any:
+        """The pane's value of a merged partial. A sum or mean of integers is exact in the partial (however many
+        runs added to it), then: a sum outside :data:`BIGINT_MIN`..:data:`BIGINT_MAX` is null in the pane (it is no
+        64-bit integer; the state keeps it exactly, so a later pane of the window is exact again), and a mean is
+        the sum rounded to a double divided by the count. Worked example, ``2**62`` and ``2**62`` in one window:
+
+        >>> Aggregate("s", "sum", "v").finish(2**62 + 2**62) is None
+        True
+        >>> Aggregate("s", "sum", "v").finish(2**62 + 2**62 - 5)
+        9223372036854775803
+        >>> Aggregate("a", "avg", "v").finish((2**62 + 2**62, 2))
+        4.611686018427388e+18
+        """
         if self.function == "avg":
             total, count = partial
-            return None if not count else total / count
+            return None if not count else float(total) / count
+        if self.function == "sum" and not fits_bigint(partial):
+            return None
         return partial
+
+
+def fits_bigint(value: Any) -> bool:
+    """Whether ``value`` is no integer or an integer of 64 bits (:data:`BIGINT_MIN`..:data:`BIGINT_MAX`).
+
+    >>> [fits_bigint(v) for v in (None, 2.5e30, 2**63 - 1, 2**63, -(2**63))]
+    [True, True, True, False, True]
+    """
+    return not isinstance(value, int) or BIGINT_MIN <= value <= BIGINT_MAX
 
 
 def _add(a: Any, b: Any) -> Any:
