@@ -35,6 +35,8 @@ RUN_ROWS = ("wm_events", *RUN_COUNTERS)
 """What :meth:`Events.new_partials` adds after a window's partials: its pending count, then :data:`RUN_COUNTERS`."""
 JOB_COLUMNS = ("wm_t", INVALID_ARRIVAL_FLAG, INVALID_VALUE_FLAG)
 """What :meth:`Job.read_events` adds to the events' own columns (not written to the late output)."""
+OUT_OF_RANGE = "wm_out_of_range"
+"""Per pane row fetched to the driver: whether it fires a sum past a long (counted, not written)."""
 EXACT_SUMS = "exact_sums"
 """In the state's schema document: the aggregates whose partial is :func:`exact_sum` (``DECIMAL(38,0)``)."""
 LIVE_META = ("pane_index", "retraction", "upstream_run")

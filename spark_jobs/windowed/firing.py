@@ -17,7 +17,16 @@ from airflow_provider_wm.core.windowing import (
 )
 from spark_jobs.common import path_exists, read_schema_document
 from spark_jobs.sql_text import case, ident, string
-from spark_jobs.windowed.base import EXACT_SUMS, NEXT_HORIZON, STATE_FLAGS, WATERMARK, carried, is_open, with_cut_offs
+from spark_jobs.windowed.base import (
+    EXACT_SUMS,
+    NEXT_HORIZON,
+    OUT_OF_RANGE,
+    STATE_FLAGS,
+    WATERMARK,
+    carried,
+    is_open,
+    with_cut_offs,
+)
 from spark_jobs.windowed.rollup import Rollup
 
 
@@ -215,28 +224,30 @@ class Firing(Rollup):
             f"'pane_index', {self._PANE_INDEX}, 'values', wm_values)"
         )
 
-    def panes(self, decided: DataFrame, watermark: int | None) -> DataFrame:
+    def panes(self, decided: DataFrame, watermark: int | None, flagged: bool = False) -> DataFrame:
         """The pane rows (:meth:`pane_columns`) of :meth:`decide`'s windows: the new panes of the windows that fire
-        and, in retracting mode, a retraction row before each for every pane it replaces."""
+        and, in retracting mode, a retraction row before each for every pane it replaces; ``flagged``: then
+        :data:`~spark_jobs.windowed.base.OUT_OF_RANGE` (a new pane's sum past a long)."""
         fired = decided.where("wm_fires")
         keys = [ident(k) for k in self.keys]
         names = [ident(a.name) for a in self.spec.aggregates]
         watermark_column = "CAST(NULL AS BIGINT)" if watermark is None else WATERMARK
         run = [f"{watermark_column} AS watermark_ms", f"{string(self.run_id)} AS run_id"]
+        flag = [f"{self.out_of_range()} AS {OUT_OF_RANGE}"] if flagged else []
         if not self.spec.retracting:
             return fired.selectExpr(
                 "window_start", "window_end", *keys, *[f"wm_values.{n} AS {n}" for n in names], "wm_timing AS pane",
-                f"{self._PANE_INDEX} AS pane_index", "false AS retraction", *run,
+                f"{self._PANE_INDEX} AS pane_index", "false AS retraction", *run, *flag,
             )  # fmt: skip
         retracted = "concat(owed, filter(array(last_pane), p -> p IS NOT NULL))"
         carry = [f"{watermark_column} AS {WATERMARK}"]  # the cut-off column, through the union
-        rows = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane", *carry).unionByName(
-            fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane", *carry)
-        )
-        return rows.selectExpr(
+        unflagged = [f"false AS {OUT_OF_RANGE}"] if flagged else []
+        retractions = fired.selectExpr(*keys, "true AS retraction", f"explode({retracted}) AS pane", *carry, *unflagged)
+        new = fired.selectExpr(*keys, "false AS retraction", f"{self._new_pane()} AS pane", *carry, *flag)
+        return retractions.unionByName(new).selectExpr(
             "pane.window_start AS window_start", "pane.window_end AS window_end", *keys,
             *[f"pane.values.{n} AS {n}" for n in names], "pane.timing AS pane", "pane.pane_index AS pane_index",
-            "retraction", f"{WATERMARK} AS watermark_ms", run[1],
+            "retraction", f"{WATERMARK} AS watermark_ms", run[1], *([OUT_OF_RANGE] if flagged else []),
         )  # fmt: skip
 
     def pane_columns(self) -> list[str]:

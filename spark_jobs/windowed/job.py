@@ -27,6 +27,7 @@ from spark_jobs.sql_text import ident, string
 from spark_jobs.windowed.base import (
     EXACT_SUMS,
     JOB_COLUMNS,
+    OUT_OF_RANGE,
     RUN_COUNTERS,
     RUN_PARTITION,
     checkpoint_with_totals,
@@ -218,12 +219,11 @@ class Job(Firing):
         projections: list[tuple[DataFrame, Sequence[str]]] = [] if live is None else [(live.frame, live.columns)]
         if decided is not None:
             projections += [
-                (self.panes(decided, watermark), self.pane_columns()),
+                (self.panes(decided, watermark, flagged=True), [*self.pane_columns(), OUT_OF_RANGE]),
                 (self.next_state(decided), self.state_columns()),
             ]
-            counted = self.fired_counts(decided, fired_only=windows_count is not None)
-            if counted is not None:
-                projections.append((counted, counted.columns))
+            if windows_count is None:
+                projections.append((decided.agg(F.expr("count(1) AS windows")), ["windows"]))
         tables = fetch_tables(projections)  # at most driver_output_rows windows (checked by write_windows)
         if live is not None:
             snapshot = tables.pop(0)
@@ -231,10 +231,11 @@ class Job(Firing):
             write_schema_document(self._live_out, spark_schema(snapshot), snapshot.num_rows)
         if decided is None:
             return None
-        panes, state = tables[0], tables[1]
-        counts = tables[2].to_pylist()[0] if len(tables) > 2 else {}
+        flagged, state = tables[0], tables[1]
         if windows_count is None:
-            windows_count = int(counts["windows"])
+            windows_count = int(tables[2].column("windows")[0].as_py())
+        out_of_range = int(pc.sum(flagged.column(OUT_OF_RANGE)).as_py() or 0)
+        panes = flagged.drop_columns([OUT_OF_RANGE])
         replace_folder(panes, partition)
         self._document_output(spark_schema(panes))
         replace_folder(state, request.state_out)
@@ -244,7 +245,7 @@ class Job(Firing):
         fired = {t.value: int(pc.sum(pc.equal(timing, t.value)).as_py() or 0) for t in Timing}
         fired["retractions"] = int(pc.sum(retraction).as_py() or 0)
         fired["windows"], fired["purged"] = windows_count, windows_count - state.num_rows
-        fired["out_of_range"] = int(counts.get("out_of_range") or 0)
+        fired["out_of_range"] = out_of_range
         hours = None
         if request.fired_hours:  # a global window starts at no hour
             starts = panes.column("window_start")
@@ -293,14 +294,6 @@ class Job(Firing):
     def _out_of_range_count(self) -> str:
         """The windows that fire a sum past a long (:meth:`~spark_jobs.windowed.base.JobBase.out_of_range`)."""
         return f"count(CASE WHEN wm_fires AND ({self.out_of_range()}) THEN 1 END) AS out_of_range"
-
-    def fired_counts(self, decided: DataFrame, fired_only: bool) -> DataFrame | None:
-        """One row: the number of ``windows`` decided (unless ``fired_only``) and of those that fire a sum past a
-        long (when the spec sums integers); ``None``: nothing to count."""
-        counts = [] if fired_only else ["count(1) AS windows"]
-        if self.out_of_range() != "false":
-            counts.append(self._out_of_range_count())
-        return decided.agg(*[F.expr(c) for c in counts]) if counts else None
 
     def _state_extra(self) -> dict[str, Any]:
         """What the state's schema document records beside its schema (:data:`EXACT_SUMS`)."""
