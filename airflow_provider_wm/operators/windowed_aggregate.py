@@ -576,6 +576,13 @@ class WindowedAggregateOperator(StatefulSparkOperator[WindowedState]):
                 manifest.late_output,
                 manifest.version,
             )
+        if manifest.totals.sums_out_of_range:
+            self.log.warning(
+                "%s panes of run v%s have a sum of integers past a 64-bit integer: written as null (the state keeps "
+                "the exact sum; a later pane of the window is exact once back in range)",
+                manifest.totals.sums_out_of_range,
+                manifest.version,
+            )
         if manifest.totals.invalid_arrival:
             self.log.warning(
                 "%s rows of the events have a null, unparseable or out-of-range %s (arrival_column): no run can "

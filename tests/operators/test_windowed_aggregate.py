@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -332,6 +333,23 @@ def test_a_run_with_nan_or_infinite_values_warns_naming_the_aggregated_columns_a
     assert "warning" in warning
     assert "2 events hold NaN or infinity in a column the aggregates read ('amount')" in warning
     assert "INVALID_VALUE in /out_late (wm_run=3)" in warning
+
+
+def test_a_run_with_sums_past_a_64_bit_integer_warns_with_the_count(capsys):
+    op = WindowedAggregateOperator(**REQUIRED)
+    manifest = WindowedManifest.from_json(
+        {
+            "pipeline": "w1", "run_id": "r", "version": 3, "watermark_ms": None, "previous_watermark_ms": None,
+            "max_event_time_ms": None, "arrival_from_ms": None, "arrival_until_ms": T0_MS,
+            "totals": {"events_read": 2, "sums_out_of_range": 1}, "output": "/out", "late_output": None,
+        }
+    )  # fmt: skip
+    op._log_manifest(manifest)
+    out = capsys.readouterr().out
+    warning = next(line for line in out.splitlines() if "past a 64-bit integer" in line)
+    assert "warning" in warning
+    assert "1 panes of run v3 have a sum of integers past a 64-bit integer: written as null" in warning
+    assert re.search(r"sums out of range +1\b", out)  # the totals table
 
 
 @pytest.mark.slow
