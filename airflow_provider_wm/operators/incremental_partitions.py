@@ -466,17 +466,17 @@ class IncrementalPartitionsOperator(StatefulSparkOperator[PipelineState]):
     def _log_manifest(self, manifest: PartitionsManifest) -> None:
         totals = manifest.totals
         self.log.info(
-            "Job %s: %s work units, %s failed, %s rows read, %s written, %s bad rows quarantined %s (%s read again, "
-            "quarantined by an earlier run %s) in %s",
+            "Job %s: %s work units, %s failed, %s rows read, %s written; bad rows: %s quarantined%s, %s already "
+            "quarantined by an earlier run%s; quarantine: %s",
             manifest.status,
             totals.work_units,
             totals.failed,
             totals.rows_read,
             totals.rows_written,
             totals.quarantined,
-            manifest.quarantine or "",
+            f" {manifest.quarantine}" if manifest.quarantine else "",
             totals.quarantined_seen_before,
-            manifest.quarantine_seen_before or "",
+            f" {manifest.quarantine_seen_before}" if manifest.quarantine_seen_before else "",
             manifest.quarantine_path,
         )
         self._warn_bad_units(manifest)
