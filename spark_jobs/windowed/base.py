@@ -4,6 +4,8 @@ the partial-aggregate columns of the spec's aggregates, and the job's column nam
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -15,7 +17,7 @@ from airflow_provider_wm.core.windowing import (
     AggregationSpec,
     SqlAggregate,
 )
-from spark_jobs.common import observe, observed_below, with_constants
+from spark_jobs.common import observe, observed_below, read_schema_document, with_constants
 from spark_jobs.sql_text import any_of, ident, number, string
 
 RUN_PARTITION = "wm_run"
@@ -74,6 +76,17 @@ def unusable_value(columns: Sequence[str]) -> str:
     aggregates read (a decimal or an integer cannot be NaN or infinite): one of them is NaN or +/-infinity. A
     null is usable (false, not null)."""
     return any_of([f"isnan({ident(c)}) OR abs({ident(c)}) <=> CAST('Infinity' AS DOUBLE)" for c in columns])
+
+
+_INTEGRAL_TYPE_NAMES = frozenset({"byte", "short", "integer", "long"})
+"""Spark's JSON names of the integral types: a stored sum of one of them (a state written before sums were exact)
+merges with an exact sum exactly."""
+
+
+def _sum_partial(spec: AggregationSpec, name: str) -> str:
+    """The partial column that holds the sum of the built-in ``sum`` or ``avg`` named ``name``."""
+    function = next(a.function for a in spec.aggregates if isinstance(a, Aggregate) and a.name == name)
+    return f"p_{name}" if function == "sum" else f"p_{name}_sum"
 
 
 def exact_sum(column: str) -> str:
@@ -142,7 +155,13 @@ class JobBase:
         self.previous_max_event: int | None = request.previous_max_event_time_ms
         self.source_watermark: int | None = request.source_watermark_ms
         self._exact_of_input: frozenset[str] | None = None
-        self._exact_of_state: frozenset[str] = frozenset()
+
+    @cached_property
+    def _state_document(self) -> dict[str, Any] | None:
+        """What :func:`~spark_jobs.common.write_schema_document` wrote beside ``state_in`` (``None``: no
+        state, or one written before it)."""
+        state_in = self.request.state_in
+        return read_schema_document(state_in) if state_in else None
 
     def note_input_types(self, schema: StructType, column_of: Callable[[str], str] = str) -> None:
         """Note which built-in sums and means read an integral column of an input (``column_of``: the name an
@@ -156,9 +175,22 @@ class JobBase:
         self._exact_of_input = (self._exact_of_input or frozenset()) | exact
 
     def exact_sums(self) -> frozenset[str]:
-        """The aggregates whose partial is an exact sum of integers: as the run's input says (the types of its
-        columns), or when the run reads none, as the state it reads says (:data:`EXACT_SUMS`)."""
-        return self._exact_of_state if self._exact_of_input is None else self._exact_of_input
+        """The aggregates whose partial is an exact sum of integers: those the state it reads says are
+        (:data:`EXACT_SUMS`) when the run reads no input; else those the input's types say are (an integral
+        column), unless the state holds the sum as neither an exact sum nor an integer (a double: the column was
+        a double in an earlier run, and the merged sum is a double, as core's int plus float)."""
+        document = self._state_document
+        stored_exact = frozenset(document.get(EXACT_SUMS, ())) if document else frozenset()
+        if self._exact_of_input is None:
+            return stored_exact
+        if not document:
+            return self._exact_of_input
+        stored = {field["name"]: field["type"] for field in document.get("fields", ())}
+        return frozenset(
+            name
+            for name in self._exact_of_input
+            if name in stored_exact or stored.get(_sum_partial(self.spec, name)) in _INTEGRAL_TYPE_NAMES
+        )
 
     def partial_columns(self) -> list[str]:
         names: list[str] = []

@@ -4,8 +4,6 @@ decide each window's firing, and build the panes (with retractions) and the next
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
-from typing import Any
 
 from pyspark.sql import DataFrame, GroupedData
 from pyspark.sql import functions as F
@@ -15,10 +13,9 @@ from airflow_provider_wm.core.windowing import (
     Accumulation,
     Timing,
 )
-from spark_jobs.common import path_exists, read_schema_document
+from spark_jobs.common import path_exists
 from spark_jobs.sql_text import case, ident, string
 from spark_jobs.windowed.base import (
-    EXACT_SUMS,
     NEXT_HORIZON,
     OUT_OF_RANGE,
     STATE_FLAGS,
@@ -39,13 +36,6 @@ def write_state(state: DataFrame, path: str) -> None:
 class Firing(Rollup):
     """Combining, firing and purging windows."""
 
-    @cached_property
-    def _state_document(self) -> dict[str, Any] | None:
-        """What :func:`~spark_jobs.common.write_schema_document` wrote beside ``state_in`` (``None``: no
-        state, or one written before it)."""
-        state_in = self.request.state_in
-        return read_schema_document(state_in) if state_in else None
-
     def stored_windows(self) -> int | None:
         """How many windows ``state_in`` holds (``None``: no state, or not recorded beside it)."""
         document = self._state_document
@@ -61,7 +51,6 @@ class Firing(Rollup):
             return None
         stored = self._state_document
         if stored is not None:
-            self._exact_of_state = frozenset(stored.get(EXACT_SUMS, ()))
             schema = StructType.fromJson(stored)
             state, columns = self.spark.read.schema(schema).parquet(state_in), schema.fieldNames()
         elif not path_exists(self.spark, state_in):

@@ -724,6 +724,31 @@ def test_a_state_stored_with_long_sums_takes_the_next_runs_exact_sums(spark, tmp
     ]
 
 
+@pytest.mark.parametrize("writer_rows", [0, None], ids=["spark", "arrow"])
+def test_a_sum_stored_as_a_double_stays_a_double_when_a_later_run_reads_the_column_as_an_integer(
+    spark, tmp_path, writer_rows
+):
+    """A column that is a double in one run and an integer in the next: the stored sum is a double, so the merged
+    sum is one too (core: int plus float), not an exact sum of integers truncated to a long."""
+    spec = AggregationSpec(
+        Tumbling(10), (Aggregate("s", "sum", "v"), Aggregate("a", "avg", "v")), ("k",), StoreWatermark("s"),
+        early_firing=True,
+    )  # fmt: skip
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.driver_output_rows = writer_rows
+    runs = [([("a", 1, 2.5)], DOUBLE_SCHEMA), ([("a", 2, 1)], EVENT_SCHEMA), ([], EVENT_SCHEMA)]
+    results, state = [], AggregationState()
+    for version, (rows, schema) in enumerate(runs, start=1):
+        if rows:  # an events folder of one type per run: Spark reads one type per column of a folder
+            shutil.rmtree(tmp_path / "events", ignore_errors=True)
+            pipeline.write(rows, version, schema)
+        pipeline.run([], source=20 if version == 3 else 0, arrival=version)
+        results.append(run(spec, state, [Event(t, (k,), {"v": v}) for k, t, v in rows], 20 if version == 3 else 0))
+        state = results[-1].state
+    assert [p[3] for p in sorted(pipeline.panes(), key=lambda p: p[5])] == [(2.5, 2.5), (3.5, 1.75), (3.5, 1.75)]
+    assert pipeline.panes() == core_rows(spec, results)
+
+
 WRITTEN_ELSEWHERE = ("output", "late_output", "state_path", "live_path", "duration_s", "writer")
 """The manifest's fields that name where a pipeline wrote, how long it took and what wrote it."""
 
