@@ -397,8 +397,11 @@ def physical_plan(frame: DataFrame) -> str:
 
 def plan_operators(plan: str) -> list[str]:
     """The operator of each line of a printed plan (:func:`physical_plan`), root first. Example: ``Project``,
-    ``Filter``, ``Range`` for the plan of ``physical_plan``'s example."""
-    return [re.sub(r"^\*\(\d+\) ", "", line.lstrip(" :|+-")).split(" ", 1)[0] for line in plan.splitlines()]
+    ``Filter``, ``Range`` for the plan of ``physical_plan``'s example; ``HashAggregate`` for a line
+    ``HashAggregate(keys=[k#1], ...)``."""
+    return [
+        re.split(r"[ (]", re.sub(r"^\*\(\d+\) ", "", line.lstrip(" :|+-")), maxsplit=1)[0] for line in plan.splitlines()
+    ]
 
 
 def conform(frame: DataFrame, schema: StructType, path: str) -> DataFrame:

@@ -355,12 +355,20 @@ class Events(JobBase):
         sort-based aggregation whose every aggregate costs per row (a conditional count per reason made the scan
         about half as slow again); a grouping key that is null on every accepted row costs next to nothing and
         leaves their sessions as they are. Accepted: ``wm_reason`` null, in one group per session; a too-late
-        row and an invalid one of the same key sit in groups of their own (at the parking time)."""
+        row and an invalid one of the same key sit in groups of their own (at the parking time).
+
+        The rows are shuffled by key before they are grouped. Grouped where they are read, Spark first aggregates
+        each event's own window ``[t, t + gap)`` before the shuffle, which leaves about one group per event: a
+        large first run held a group per event of its scan in each task's hash map, past memory, and spilled it to
+        disk. Shuffled by key first, that aggregation runs after the shuffle, on a task's share of the keys, in the
+        stage that merges the sessions."""
         # session_window drops rows without a time: the others get one far before any valid time
         ts = f"timestamp_millis(CASE WHEN {ACCEPTED} THEN wm_t ELSE {number(_SESSION_PARKING_MS)} END)"
         session = F.expr(f"session_window({ts}, '{window.gap_ms} milliseconds')").alias("wm_session")
-        aggregated = classified.groupBy(*self.keys, session, "wm_reason").agg(
-            *[F.expr(e) for e in (*self.partial_exprs(), "count(1) AS wm_events", "max(wm_t) AS wm_max_t")]
+        aggregated = (
+            classified.repartition(*self.keys)
+            .groupBy(*self.keys, session, "wm_reason")
+            .agg(*[F.expr(e) for e in (*self.partial_exprs(), "count(1) AS wm_events", "max(wm_t) AS wm_max_t")])
         )
 
         return aggregated.selectExpr(

@@ -46,7 +46,13 @@ from airflow_provider_wm.core.windowing import (
     run_on_panes,
 )
 from airflow_provider_wm.core.windows import Global, Session, Sliding, Tumbling, Window
-from spark_jobs.common import SCHEMA_DOCUMENT, read_dataset_and_schema, write_schema_document
+from spark_jobs.common import (
+    SCHEMA_DOCUMENT,
+    physical_plan,
+    plan_operators,
+    read_dataset_and_schema,
+    write_schema_document,
+)
 from spark_jobs.windowed import run_request as run_windowed
 from spark_jobs.windowed.base import EXACT_SUMS, RUN_PARTITION
 from spark_jobs.windowed.job import Job
@@ -256,6 +262,25 @@ def test_a_session_run_counts_each_reason_of_one_key_apart_and_a_too_late_time_r
     assert Counter(str(why) for _, why in second.late) == {"TOO_LATE": 2, "INVALID_EVENT_TIME": 1}
     assert manifest["max_event_time_ms"] == second.state.max_event_time_ms == 52
     assert pipeline.panes() == core_rows(spec, [first, second])
+
+
+def test_a_session_scan_shuffles_its_rows_by_key_before_any_aggregation(spark, tmp_path):
+    """Sessions: no aggregation before the scan's shuffle. Spark would otherwise aggregate each event's own window
+    before the shuffle, about one group per event, which a large first run spilled to disk; the aggregation runs
+    after a shuffle by the keys, where the sessions merge."""
+    spec = AggregationSpec(
+        Session(5), (Aggregate("n", "count"), Aggregate("s", "sum", "v")), ("k",), StoreWatermark("s")
+    )
+    pipeline = Pipeline(spark, tmp_path, spec)
+    pipeline.write([("a", 10, 1), ("b", 12, 2)], arrival=1)
+    job = Job(spark, WindowedRequest.from_json(pipeline.request(1, 100, 1)))
+    events = job.read_events()
+    assert events is not None
+    operators = plan_operators(physical_plan(job.new_partials(job.classified(events), by_reason=True)))
+    exchanges = [i for i, operator in enumerate(operators) if operator == "Exchange"]
+    assert len(exchanges) == 1
+    assert "HashAggregate" in operators[: exchanges[0]]
+    assert not {"HashAggregate", "SortAggregate", "ObjectHashAggregate"} & set(operators[exchanges[0] :])
 
 
 def test_events_columns_named_as_the_late_outputs_own_are_kept_under_another_name(spark, tmp_path):
