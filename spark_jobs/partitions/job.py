@@ -163,15 +163,13 @@ class Job:
             constants[UNITS_COLUMN] = _units_array(units)
         if constants:
             frame = with_constants(frame, constants)
-        reason = self.quarantine_reason(intervals)
-        # a bad row has no time here, so it lands in no work unit; one projection for both columns (each step of a
-        # plan is an analysis of the whole plan in a classic session)
-        timed = frame.select(
-            "*",
-            reason.alias("wm_reason"),
+        frame = frame.withColumn("wm_reason", self.quarantine_reason(intervals))
+        # a bad row has no time here, so it lands in no work unit
+        timed = frame.withColumn(
+            "wm_time",
             # guarded: a number far out of range would overflow the conversion
             F.when(
-                reason.isNull(),
+                F.col("wm_reason").isNull(),
                 F.expr(
                     parse_time(
                         ident(self.args.time_column),
@@ -180,7 +178,7 @@ class Job:
                         self.args.timezone,
                     )
                 ),
-            ).alias("wm_time"),
+            ),
         )
         assigned = self._assign_units(timed, units)
         columns = [c for c in self.source.columns if c not in PARTITION_COLUMNS]
@@ -358,13 +356,11 @@ class Job:
             lacking = [c for c in PARTITION_COLUMNS if c not in out.columns]
             if lacking:
                 raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
-            identity = {"wm_run_id": string(self.args.run_id), "wm_write_id": string(self.write_id)}
-            if len(units) <= OBSERVE_UNITS_UP_TO:  # the run's columns generated with the units (one step)
-                with_units = with_constants(out, {**identity, UNITS_COLUMN: _units_array(units)})
+            out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
+            if len(units) <= OBSERVE_UNITS_UP_TO:
+                with_units = with_constants(out, {UNITS_COLUMN: _units_array(units)})
                 counted, observation = observe(with_units, "rows_written", *self._rows_per_unit(units))
                 out = counted.drop(UNITS_COLUMN)
-            else:
-                out = out.withColumns({name: F.expr(value) for name, value in identity.items()})
         partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
         previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
         if previous is None:
