@@ -294,7 +294,8 @@ class Events(JobBase):
         ``by_reason``: grouped by the row's reason too (as sessions always are), so each group's counters are its
         row count under its reason, set after the aggregation instead of a conditional count per row. The groups
         are then hash-partitioned by ``(keys, window_start, wm_reason)``, which a merge with stored windows by
-        ``(keys, window_start)`` would shuffle again: for a run without stored windows.
+        ``(keys, window_start)`` would shuffle again: for a run without stored windows. (Sessions are
+        hash-partitioned by their keys: :meth:`_session_partials`.)
         """
         window = self.spec.output_window
         if isinstance(window, Session):
