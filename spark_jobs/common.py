@@ -399,9 +399,16 @@ def plan_operators(plan: str) -> list[str]:
     """The operator of each line of a printed plan (:func:`physical_plan`), root first. Example: ``Project``,
     ``Filter``, ``Range`` for the plan of ``physical_plan``'s example; ``HashAggregate`` for a line
     ``HashAggregate(keys=[k#1], ...)``."""
-    return [
-        re.split(r"[ (]", re.sub(r"^\*\(\d+\) ", "", line.lstrip(" :|+-")), maxsplit=1)[0] for line in plan.splitlines()
-    ]
+    return [plan_node(line)[0] for line in plan.splitlines()]
+
+
+def plan_node(line: str) -> tuple[str, str]:
+    """A line of a printed plan as its operator and what follows it. Example: ``("Filter", "(id#0L > 3)")`` for
+    ``+- *(1) Filter (id#0L > 3)``; ``("HashAggregate", "(keys=[k#1], ...)")`` for ``HashAggregate(keys=[k#1],
+    ...)``."""
+    node = re.sub(r"^\*\(\d+\) ", "", line.lstrip(" :|+-"))
+    operator = re.split(r"[ (]", node, maxsplit=1)[0]
+    return operator, node[len(operator) :].lstrip(" ")
 
 
 def conform(frame: DataFrame, schema: StructType, path: str) -> DataFrame:

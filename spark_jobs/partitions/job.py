@@ -39,9 +39,9 @@ from spark_jobs.partitions.layout import (
     PlannedRows,
     Quarantined,
     any_of,
-    counts_each_row_once,
     load_transform,
     merged_intervals,
+    observed_reads,
     read_filter,
     with_row_ids,
     work_unit_key,
@@ -346,32 +346,33 @@ class Job:
             )
         return {r["reason"]: int(r["count"]) for r in counted}
 
-    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, Observed | None, set[tuple[str, str]]]:
-        """The rows to write for ``units`` (None: none), the observation of this run's rows per unit (None: too
-        many units to observe, see :data:`OBSERVE_UNITS_UP_TO`), and the units that keep earlier rows."""
+    def _output(self, units: list[dict[str, Any]]) -> tuple[DataFrame | None, DataFrame | None, set[tuple[str, str]]]:
+        """This run's rows to write for ``units`` (None: no source), the earlier rows of partially re-executed
+        units to write with them (None: none), and the units that keep earlier rows."""
         out: DataFrame | None = None
-        observation: Observed | None = None
         if self.source is not None:
             out = self.transform(self.spark, self.rows(units).rows)
             lacking = [c for c in PARTITION_COLUMNS if c not in out.columns]
             if lacking:
                 raise ValueError(f"the transformation's output must keep the columns {lacking}; it has {out.columns}")
             out = out.withColumn("wm_run_id", F.lit(self.args.run_id)).withColumn("wm_write_id", F.lit(self.write_id))
-            if len(units) <= OBSERVE_UNITS_UP_TO:
-                with_units = with_constants(out, {UNITS_COLUMN: _units_array(units)})
-                counted, observation = observe(with_units, "rows_written", *self._rows_per_unit(units))
-                out = counted.drop(UNITS_COLUMN)
         partial = [u for u in units if int(u["range_start"]) > int(u["partition_start"])]
         previous = self._unit_outputs({work_unit_key(u) for u in partial}) if partial else None
         if previous is None:
-            return out, observation, set()
+            return out, None, set()
         kept = self._kept_rows(previous, partial, previous.columns if out is None else out.columns)
         keeping_units = kept.select(*PARTITION_COLUMNS).distinct()
         keeping = {
             (r["wm_partition"], r["wm_unit"])
             for r in keeping_units.collect()  # one row per partial unit: small
         }
-        return (kept if out is None else out.unionByName(kept)), observation, keeping
+        return out, kept, keeping
+
+    def _observe_written(self, out: DataFrame, units: list[dict[str, Any]]) -> tuple[DataFrame, Observed]:
+        """``out`` counting its rows per unit of ``units`` as they are written."""
+        with_units = with_constants(out, {UNITS_COLUMN: _units_array(units)})
+        counted, observation = observe(with_units, "rows_written", *self._rows_per_unit(units))
+        return counted.drop(UNITS_COLUMN), observation
 
     def _read_counters(self, units: list[dict[str, Any]]) -> list[Column]:
         """The counts of the rows read (:data:`ROWS_READ`): one per unit, then ``bad``."""
@@ -436,21 +437,34 @@ class Job:
         """Write ``units`` (dynamic overwrite); returns this run's rows written per unit, removing stale outputs.
         The rows are counted while they are written (observed), or for many units read back after the write. A
         write of all the plan's units whose transformation reads each row once also counts the rows read
-        (:meth:`read_counts`), so no scan of the source counts them."""
-        out, observation, keeping = self._output(units)
+        (:meth:`read_counts`), so no scan of the source counts them; when it also writes each row it reads in
+        that row's unit (:func:`~spark_jobs.partitions.layout.observed_reads`), those counts are the rows
+        written too, and the write counts nothing more."""
+        out, kept, keeping = self._output(units)
+        reads = observation = None
+        written_as_read = False
         if out is not None:
-            reads = None
-            if self.source is not None and len(units) == len(self.units):
+            if self.source is not None and len(units) == len(self.units) and kept is None:
                 reads = self.rows(units).observed
-            if reads is not None and not counts_each_row_once(out, ROWS_READ):
-                reads = None  # the transformation may read a row twice or not at all: a scan counts them
-            out.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
-            observed = None if reads is None else observed_below(out, reads)
+            if reads is not None:
+                verdict = observed_reads(out, ROWS_READ)
+                if not verdict.counted_once:
+                    reads = None  # the transformation may read a row twice or not at all: a scan counts them
+                written_as_read = verdict.written_as_counted
+            if not written_as_read and len(units) <= OBSERVE_UNITS_UP_TO:
+                out, observation = self._observe_written(out, units)
+        to_write = out if kept is None else kept if out is None else out.unionByName(kept)
+        if to_write is not None:
+            to_write.write.mode("overwrite").partitionBy(*PARTITION_COLUMNS).parquet(self.args.target)
+        if to_write is not None and reads is not None:
+            observed = observed_below(to_write, reads)
             if observed is not None:
                 self._counted_reads = self._reads_observed(observed)
         keys = [work_unit_key(u) for u in units]
-        written = None if out is None or observation is None else observed_below(out, observation)
-        if written is not None:
+        written = None if to_write is None or observation is None else observed_below(to_write, observation)
+        if written_as_read and self._counted_reads is not None:
+            counts = dict(self._counted_reads[0])
+        elif written is not None:
             counts = {key: int(written[str(i)]) for i, key in enumerate(keys)}
         else:
             counts = self._written_rows(set(keys))

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from airflow_provider_wm.contracts import PartitionsRequest
 from airflow_provider_wm.core.partitions import local_dates, zone_info
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS, disjoint_union
-from spark_jobs.common import Observed, physical_plan, plan_operators
+from spark_jobs.common import Observed, physical_plan, plan_node, plan_operators
 
 __all__ = [
     "INLINE_UNITS_UP_TO",
@@ -36,11 +36,13 @@ __all__ = [
     "UNIT_BOUND_FIELDS",
     "UNKNOWN_UNIT_SAMPLES",
     "WORK_UNITS_SCHEMA",
+    "ObservedReads",
     "PlannedRows",
     "Quarantined",
     "counts_each_row_once",
     "load_transform",
     "merged_intervals",
+    "observed_reads",
     "partition_dates",
     "partition_key",
     "prunes_exactly",
@@ -63,9 +65,10 @@ LIST_FOLDERS_UP_TO = 64
 
 OBSERVE_UNITS_UP_TO = 64
 """Up to this many work units, the job counts each unit's rows while it writes them (one conditional count per
-unit and row, in the write's own scan): the rows written, and the rows read when the transformation reads each
-row once (:func:`counts_each_row_once`), else in a scan of their own that writes nothing; above it, it groups
-the rows read by unit and reads the written folders back to count them."""
+unit and row, in the write's own scan): the rows read when the transformation reads each row once
+(:func:`counts_each_row_once`), else in a scan of their own that writes nothing, and the rows written, unless the
+transformation writes each row read in its unit (:func:`observed_reads`: the counts of the rows read are those of
+the rows written); above it, it groups the rows read by unit and reads the written folders back to count them."""
 
 NARROW_OPERATORS = frozenset({"CollectMetrics", "Expand", "Filter", "Generate", "Project"})
 """Operators of a physical plan that compute each row of their one input once, in the task that reads it. Above an
@@ -249,14 +252,80 @@ def counts_each_row_once(frame: DataFrame, observation: str) -> bool:
     FROM source WHERE amount > 0``, yes (the filter stays above the observation); ``SELECT * FROM source LIMIT
     10`` (it may stop early), ``... ORDER BY id`` (sampled, then sorted), a ``GROUP BY`` (a shuffle), ``source``
     joined or unioned with itself, or read again in a subquery, no."""
-    plan = physical_plan(frame)
-    operators = plan_operators(plan)
+    return observed_reads(frame, observation).counted_once
+
+
+class ObservedReads(NamedTuple):
+    """What the observation of the rows read (:data:`ROWS_READ`) below a frame to write says, from the frame's
+    physical plan (:func:`observed_reads`)."""
+
+    counted_once: bool
+    """It counts every row below it once (:func:`counts_each_row_once`)."""
+    written_as_counted: bool
+    """And each row it counts in a work unit is written once, in that unit: its counts per unit are the rows
+    written per unit."""
+
+
+def observed_reads(frame: DataFrame, observation: str) -> ObservedReads:
+    """:class:`ObservedReads` of ``frame`` over the observation named ``observation``, from one physical plan.
+
+    A row counted in a unit is written once, in that unit, when above the observation there are only projections
+    and the job's own filter of the rows in no unit (``Filter isnotnull(wm_partition#10)``), and ``frame`` passes
+    the observed ``wm_partition`` and ``wm_unit`` through unchanged: its root projects the very attributes the
+    observation's child outputs (the same ids, ``wm_partition#10``). Example, over the job's view ``source``:
+    ``SELECT id, amount, wm_partition, wm_unit FROM source``, yes; with ``WHERE amount > 0`` (rows dropped),
+    ``upper(wm_unit) AS wm_unit`` (another unit), or ``explode`` (rows repeated), no: the write counts its rows."""
+    plan = physical_plan(frame).splitlines()
+    operators = plan_operators("\n".join(plan))
     observed = [
         i
-        for i, (operator, line) in enumerate(zip(operators, plan.splitlines(), strict=True))
+        for i, (operator, line) in enumerate(zip(operators, plan, strict=True))
         if operator == "CollectMetrics" and f" CollectMetrics {observation}, " in f" {line}"
     ]
-    return len(observed) == 1 and all(operator in NARROW_OPERATORS for operator in operators[: observed[0]])
+    if len(observed) != 1 or not all(operator in NARROW_OPERATORS for operator in operators[: observed[0]]):
+        return ObservedReads(counted_once=False, written_as_counted=False)
+    at = observed[0]
+    if at + 1 >= len(plan) or operators[0] != "Project" or operators[at + 1] != "Project":
+        return ObservedReads(counted_once=True, written_as_counted=False)
+    written, counted = _projected(plan[0]), _projected(plan[at + 1])
+    attributes = {}
+    for name in PARTITION_COLUMNS:
+        passed = [item for item in written if _output_name(item)[0] == name]
+        # a bare attribute the observation's child outputs: the same values, by the same id
+        if (
+            len(passed) != 1
+            or " " in passed[0]
+            or [_output_name(item) for item in counted].count(_output_name(passed[0])) != 1
+        ):
+            return ObservedReads(counted_once=True, written_as_counted=False)
+        attributes[name] = passed[0]
+    own_filter = f"isnotnull({attributes['wm_partition']})"
+    above = zip(operators[1:at], plan[1:at], strict=True)
+    passes = all(operator == "Project" or plan_node(line)[1] == own_filter for operator, line in above)
+    return ObservedReads(counted_once=True, written_as_counted=passes)
+
+
+def _projected(line: str) -> list[str]:
+    """The items of a ``Project [...]`` line at the top level: ``["a#1", "(b#2 + 1) AS c#3"]`` for
+    ``Project [a#1, (b#2 + 1) AS c#3]``."""
+    listed = plan_node(line)[1]
+    if not (listed.startswith("[") and listed.endswith("]")):
+        return []
+    items, depth, start = [], 0, 1
+    for i, char in enumerate(listed[1:-1], start=1):
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(listed[start:i].strip())
+            start = i + 1
+    items.append(listed[start:-1].strip())
+    return items
+
+
+def _output_name(item: str) -> tuple[str, str]:
+    """The name and id of a projected item's output: ``("c", "3")`` for ``(b#2 + 1) AS c#3`` and for ``c#3``."""
+    attribute = item.rsplit(" AS ", 1)[-1]
+    name, _, expr_id = attribute.rpartition("#")
+    return name, expr_id
 
 
 class Quarantined(NamedTuple):

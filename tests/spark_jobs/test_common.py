@@ -4,6 +4,7 @@ the frames of rows the driver holds; what a frame's plan and its write observed.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from pyspark.sql import functions as F
@@ -18,6 +19,7 @@ from spark_jobs.common import (
     observe,
     observed_below,
     physical_plan,
+    plan_node,
     plan_operators,
 )
 
@@ -97,6 +99,10 @@ def test_a_physical_plan_prints_the_root_first_and_each_child_under_its_parent(s
     lines = plan.splitlines()
     assert lines[0].startswith("*(1) Project ")  # in whole-stage generated code
     assert lines[1].startswith("+- *(1) Filter ") and lines[2].startswith("   +- *(1) Range ")
+    assert [(operator, re.sub(r"#\d+", "#", rest)) for operator, rest in map(plan_node, lines[:2])] == [
+        ("Project", "[(id#L * 2) AS twice#L]"),
+        ("Filter", "(id#L > 3)"),
+    ]
 
 
 def test_metrics_observed_below_a_view_are_read_from_the_write_that_computed_them(spark, tmp_path):

@@ -33,7 +33,13 @@ from airflow_provider_wm.core.partitions import (
 )
 from airflow_provider_wm.core.times import MAX_TIME_MS
 from spark_jobs.partitions import Job, partition_key, run
-from spark_jobs.partitions.layout import counts_each_row_once, load_transform, partition_dates, prunes_exactly
+from spark_jobs.partitions.layout import (
+    PARTITION_COLUMNS,
+    counts_each_row_once,
+    load_transform,
+    partition_dates,
+    prunes_exactly,
+)
 from tests.spark_jobs.codegen import generated_code
 
 DAILY = PartitionSpec.build({"from": "2020-01-01", "to": "P0D"}, "daily")
@@ -388,6 +394,48 @@ def test_each_row_read_is_counted_once_by_the_write_or_by_a_scan_of_its_own(
 
     assert manifest["status"] == "succeeded"
     assert [e["rows_read"] for e in manifest["work_units"]] == [3] * 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("transform_sql", "written", "counted_by_the_read"),
+    [
+        ("SELECT id, region, event_time, wm_partition, wm_unit FROM source", {"eu": 3, "us": 3}, True),
+        ("SELECT *, amount * 2 AS doubled FROM source", {"eu": 3, "us": 3}, True),
+        ("SELECT id, wm_partition, wm_unit, event_time FROM source WHERE amount % 2 = 0", {"eu": 3, "us": 0}, False),
+        ("SELECT id, event_time, wm_partition, upper(wm_unit) AS wm_unit FROM source", {"eu": 0, "us": 0}, False),
+        (
+            "SELECT id, event_time, wm_unit AS wm_partition, wm_partition AS wm_unit FROM source",
+            {"eu": 0, "us": 0},
+            False,
+        ),
+        ("SELECT explode(array(1, 2)) AS copy, * FROM source", {"eu": 6, "us": 6}, False),
+    ],
+    ids=["projected", "computed_column", "filtered", "unit_changed", "columns_swapped", "rows_repeated"],
+)
+def test_the_rows_read_per_unit_are_the_rows_written_only_when_the_transformation_passes_each_row_and_its_unit(
+    spark, tmp_path, monkeypatch, transform_sql, written, counted_by_the_read
+):
+    """A transformation that only projects, keeping ``wm_partition`` and ``wm_unit`` as they are, writes each row
+    read in its unit: the write counts nothing more. One that filters, repeats or changes a row's unit has the
+    write count its rows per unit; either way the manifest says what each unit's folder got."""
+    if counted_by_the_read:
+        monkeypatch.setattr(Job, "_observe_written", lambda *_: pytest.fail("the rows read should have counted them"))
+    write_source(spark, tmp_path / "source", events(2))
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+
+    partitioned = {"unit_column": "region", "source_partition_column": "event_date"}
+    manifest = execute(spark, tmp_path, first, "r1", transform_sql=transform_sql, **partitioned)
+
+    assert manifest["status"] == "succeeded"
+    assert [(e["unit"], e["rows_read"], e["rows_written"]) for e in manifest["work_units"]] == [
+        (unit, 3, written[unit]) for unit in UNITS * 2
+    ]
+    folders = spark.read.parquet(str(tmp_path / "target")).where(F.col("wm_run_id") == "r1")
+    on_disk = Counter((r["wm_partition"], r["wm_unit"]) for r in folders.select(*PARTITION_COLUMNS).collect())
+    assert {(e["wm_partition"], e["unit"]): e["rows_written"] for e in manifest["work_units"]} == {
+        key: on_disk.get(key, 0) for key in ((e["wm_partition"], e["unit"]) for e in manifest["work_units"])
+    }
 
 
 @pytest.mark.slow
