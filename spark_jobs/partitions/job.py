@@ -190,7 +190,7 @@ class Job:
         shaped = to_write.where("wm_partition IS NOT NULL").selectExpr(
             *[ident(c) for c in (*columns, "wm_time", "wm_partition", "wm_unit", *UNIT_BOUNDS)]
         )
-        return PlannedRows(shaped, assigned, observed)
+        return PlannedRows(shaped, assigned, tuple(work_unit_key(u) for u in units), observed)
 
     def _assign_units(self, timed: DataFrame, units: list[dict[str, Any]]) -> DataFrame:
         """``timed`` with the columns of the work unit each row lands in (``wm_partition``, ``wm_unit`` and
@@ -270,14 +270,15 @@ class Job:
 
     def _scan_read_counts(self) -> tuple[dict[tuple[str, str], int], int]:
         """:meth:`read_counts` from a scan of their own."""
-        read_rows = self.rows(self.units).read
+        planned = self.rows(self.units)
+        read_rows = planned.read
         if len(self.units) <= OBSERVE_UNITS_UP_TO:
             judged = read_rows.select("wm_partition", "wm_unit", "wm_reason", UNITS_COLUMN)  # only what it counts
             scan, observed = observe(judged, ROWS_READ, *self._read_counters(self.units))
             scan.write.format("noop").mode("overwrite").save()
             counts = observed_below(scan, observed)
             if counts is not None:  # else not reported with the scan: grouped and fetched below
-                return self._reads_observed(counts)
+                return self._reads_observed(counts, planned.keys)
         grouped = read_rows.groupBy("wm_partition", "wm_unit", "wm_reason").count()
         counted = grouped.collect()  # small: one row per unit and bad reason, and the margin's
         read = {(r["wm_partition"], r["wm_unit"]): int(r["count"]) for r in counted if r["wm_partition"] is not None}
@@ -378,9 +379,13 @@ class Job:
         """The counts of the rows read (:data:`ROWS_READ`): one per unit, then ``bad``."""
         return [*self._rows_per_unit(units), F.expr("count_if(wm_reason IS NOT NULL) AS bad")]
 
-    def _reads_observed(self, observed: dict[str, Any]) -> tuple[dict[tuple[str, str], int], int]:
-        """The rows read per work unit and the bad rows, from the metrics of :meth:`_read_counters`."""
-        keys = [work_unit_key(u) for u in self.units]
+    @staticmethod
+    def _reads_observed(
+        observed: dict[str, Any], keys: Sequence[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], int], int]:
+        """The rows read per work unit and the bad rows, from the metrics of :meth:`_read_counters` over the
+        units whose keys are ``keys``, in the order of the units column the rows carry (:attr:`PlannedRows.keys`,
+        not the request's: a DAG lists its units in its own order, and a run writes them sorted)."""
         return {key: int(observed[str(i)]) for i, key in enumerate(keys)}, int(observed["bad"])
 
     @staticmethod
@@ -442,7 +447,7 @@ class Job:
         written too, and the write counts nothing more."""
         out, kept, keeping = self._output(units)
         reads = observation = None
-        written_as_read = False
+        written_as_counted = False
         if out is not None:
             if self.source is not None and len(units) == len(self.units) and kept is None:
                 reads = self.rows(units).observed
@@ -450,8 +455,8 @@ class Job:
                 verdict = observed_reads(out, ROWS_READ)
                 if not verdict.counted_once:
                     reads = None  # the transformation may read a row twice or not at all: a scan counts them
-                written_as_read = verdict.written_as_counted
-            if not written_as_read and len(units) <= OBSERVE_UNITS_UP_TO:
+                written_as_counted = verdict.written_as_counted
+            if not written_as_counted and len(units) <= OBSERVE_UNITS_UP_TO:
                 out, observation = self._observe_written(out, units)
         to_write = out if kept is None else kept if out is None else out.unionByName(kept)
         if to_write is not None:
@@ -459,10 +464,10 @@ class Job:
         if to_write is not None and reads is not None:
             observed = observed_below(to_write, reads)
             if observed is not None:
-                self._counted_reads = self._reads_observed(observed)
+                self._counted_reads = self._reads_observed(observed, self.rows(units).keys)
         keys = [work_unit_key(u) for u in units]
         written = None if to_write is None or observation is None else observed_below(to_write, observation)
-        if written_as_read and self._counted_reads is not None:
+        if written_as_counted and self._counted_reads is not None:
             counts = dict(self._counted_reads[0])
         elif written is not None:
             counts = {key: int(written[str(i)]) for i, key in enumerate(keys)}

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from airflow_provider_wm.contracts import PartitionsRequest
 from airflow_provider_wm.core.partitions import local_dates, zone_info
 from airflow_provider_wm.core.times import MAX_TIME_MS, MIN_TIME_MS, disjoint_union
-from spark_jobs.common import Observed, physical_plan, plan_node, plan_operators
+from spark_jobs.common import Observed, physical_plan, plan_node
 
 __all__ = [
     "INLINE_UNITS_UP_TO",
@@ -39,7 +39,6 @@ __all__ = [
     "ObservedReads",
     "PlannedRows",
     "Quarantined",
-    "counts_each_row_once",
     "load_transform",
     "merged_intervals",
     "observed_reads",
@@ -66,9 +65,10 @@ LIST_FOLDERS_UP_TO = 64
 OBSERVE_UNITS_UP_TO = 64
 """Up to this many work units, the job counts each unit's rows while it writes them (one conditional count per
 unit and row, in the write's own scan): the rows read when the transformation reads each row once
-(:func:`counts_each_row_once`), else in a scan of their own that writes nothing, and the rows written, unless the
-transformation writes each row read in its unit (:func:`observed_reads`: the counts of the rows read are those of
-the rows written); above it, it groups the rows read by unit and reads the written folders back to count them."""
+(:attr:`ObservedReads.counted_once`), else in a scan of their own that writes nothing, and the rows written,
+unless the transformation writes each row read in its unit (:attr:`ObservedReads.written_as_counted`: the counts
+of the rows read are those of the rows written); above it, it groups the rows read by unit and reads the written
+folders back to count them."""
 
 NARROW_OPERATORS = frozenset({"CollectMetrics", "Expand", "Filter", "Generate", "Project"})
 """Operators of a physical plan that compute each row of their one input once, in the task that reads it. Above an
@@ -236,23 +236,16 @@ class PlannedRows(NamedTuple):
 
     rows: DataFrame
     read: DataFrame
+    keys: tuple[tuple[str, str], ...]
+    """The work units' keys (:func:`work_unit_key`) in the order of their structs in ``rows`` and ``read`` (the
+    order the units were planned in), which is the order of the counts per unit."""
     observed: Observed | None = None
-    """The counts of ``read`` (:data:`ROWS_READ`: one per unit, then ``bad``), observed below ``rows`` (that is, as
-    the rows are written); ``None``: not observed there."""
+    """The counts of ``read`` (:data:`ROWS_READ`: one per unit, in the order of ``keys``, then ``bad``), observed
+    below ``rows`` (that is, as the rows are written); ``None``: not observed there."""
 
 
 ROWS_READ = "rows_read"
 """The name of the observation of the rows read per work unit and the bad rows (:class:`PlannedRows`)."""
-
-
-def counts_each_row_once(frame: DataFrame, observation: str) -> bool:
-    """Whether computing ``frame`` fills the observation named ``observation`` with counts over every row below
-    it, each once: its physical plan (:func:`~spark_jobs.common.physical_plan`) computes the observation once, and
-    only operators of :data:`NARROW_OPERATORS` above it. Example, over ``source`` observed: ``SELECT id, amount
-    FROM source WHERE amount > 0``, yes (the filter stays above the observation); ``SELECT * FROM source LIMIT
-    10`` (it may stop early), ``... ORDER BY id`` (sampled, then sorted), a ``GROUP BY`` (a shuffle), ``source``
-    joined or unioned with itself, or read again in a subquery, no."""
-    return observed_reads(frame, observation).counted_once
 
 
 class ObservedReads(NamedTuple):
@@ -260,23 +253,33 @@ class ObservedReads(NamedTuple):
     physical plan (:func:`observed_reads`)."""
 
     counted_once: bool
-    """It counts every row below it once (:func:`counts_each_row_once`)."""
+    """It counts every row below it once: the plan computes the observation once, with only operators of
+    :data:`NARROW_OPERATORS` above it."""
     written_as_counted: bool
     """And each row it counts in a work unit is written once, in that unit: its counts per unit are the rows
     written per unit."""
 
 
 def observed_reads(frame: DataFrame, observation: str) -> ObservedReads:
-    """:class:`ObservedReads` of ``frame`` over the observation named ``observation``, from one physical plan.
+    """:class:`ObservedReads` of ``frame`` over the observation named ``observation``, from one physical plan
+    (:func:`~spark_jobs.common.physical_plan`).
 
-    A row counted in a unit is written once, in that unit, when above the observation there are only projections
-    and the job's own filter of the rows in no unit (``Filter isnotnull(wm_partition#10)``), and ``frame`` passes
-    the observed ``wm_partition`` and ``wm_unit`` through unchanged: its root projects the very attributes the
-    observation's child outputs (the same ids, ``wm_partition#10``). Example, over the job's view ``source``:
-    ``SELECT id, amount, wm_partition, wm_unit FROM source``, yes; with ``WHERE amount > 0`` (rows dropped),
-    ``upper(wm_unit) AS wm_unit`` (another unit), or ``explode`` (rows repeated), no: the write counts its rows."""
+    Counted once, over ``source`` observed: ``SELECT id, amount FROM source WHERE amount > 0``, yes (the filter
+    stays above the observation); ``SELECT * FROM source LIMIT 10`` (it may stop early), ``... ORDER BY id``
+    (sampled, then sorted), a ``GROUP BY`` (a shuffle), ``source`` joined or unioned with itself, or read again in a
+    subquery, no.
+
+    Written as counted: above the observation only projections and the job's own filter of the rows in no unit
+    (``Filter isnotnull(wm_partition#10)``), and ``frame`` passes the observed ``wm_partition`` and ``wm_unit``
+    through unchanged: its root projects, among exactly ``frame``'s columns, the very attributes the observation's
+    child outputs (the same ids, ``wm_partition#10``). Example: ``SELECT id, amount, wm_partition, wm_unit FROM
+    source``, yes; with ``WHERE amount > 0`` (rows dropped), ``upper(wm_unit) AS wm_unit`` (another unit) or
+    ``explode`` (rows repeated), no. A plan prints string literals unquoted and lists at most
+    ``spark.sql.debug.maxToStringFields`` (25) columns of a projection: a projection it cannot read back item by
+    item as ``frame``'s columns (a literal with a comma or a bracket, more columns than that) is not written as
+    counted, and the write counts its rows itself."""
     plan = physical_plan(frame).splitlines()
-    operators = plan_operators("\n".join(plan))
+    operators = [plan_node(line)[0] for line in plan]
     observed = [
         i
         for i, (operator, line) in enumerate(zip(operators, plan, strict=True))
@@ -285,9 +288,12 @@ def observed_reads(frame: DataFrame, observation: str) -> ObservedReads:
     if len(observed) != 1 or not all(operator in NARROW_OPERATORS for operator in operators[: observed[0]]):
         return ObservedReads(counted_once=False, written_as_counted=False)
     at = observed[0]
+    not_as_counted = ObservedReads(counted_once=True, written_as_counted=False)
     if at + 1 >= len(plan) or operators[0] != "Project" or operators[at + 1] != "Project":
-        return ObservedReads(counted_once=True, written_as_counted=False)
+        return not_as_counted
     written, counted = _projected(plan[0]), _projected(plan[at + 1])
+    if [_output_name(item)[0] for item in written] != frame.columns:  # the root's list read back item by item
+        return not_as_counted
     attributes = {}
     for name in PARTITION_COLUMNS:
         passed = [item for item in written if _output_name(item)[0] == name]
@@ -297,7 +303,7 @@ def observed_reads(frame: DataFrame, observation: str) -> ObservedReads:
             or " " in passed[0]
             or [_output_name(item) for item in counted].count(_output_name(passed[0])) != 1
         ):
-            return ObservedReads(counted_once=True, written_as_counted=False)
+            return not_as_counted
         attributes[name] = passed[0]
     own_filter = f"isnotnull({attributes['wm_partition']})"
     above = zip(operators[1:at], plan[1:at], strict=True)

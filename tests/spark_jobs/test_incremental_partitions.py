@@ -3,6 +3,7 @@ overwrite, failures, an empty source."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import types
@@ -32,11 +33,12 @@ from airflow_provider_wm.core.partitions import (
     quarantine_reason,
 )
 from airflow_provider_wm.core.times import MAX_TIME_MS
+from spark_jobs.common import physical_plan
 from spark_jobs.partitions import Job, partition_key, run
 from spark_jobs.partitions.layout import (
     PARTITION_COLUMNS,
-    counts_each_row_once,
     load_transform,
+    observed_reads,
     partition_dates,
     prunes_exactly,
 )
@@ -363,8 +365,8 @@ def test_an_observation_counts_each_row_once_under_projections_filters_and_gener
         spark.sql("SELECT id FROM observed_ids WHERE id > (SELECT avg(id) FROM observed_ids)"),  # twice: a subquery
     ]
 
-    assert [counts_each_row_once(frame, "seen") for frame in once] == [True] * len(once)
-    assert [counts_each_row_once(frame, "seen") for frame in not_once] == [False] * len(not_once)
+    assert [observed_reads(frame, "seen").counted_once for frame in once] == [True] * len(once)
+    assert [observed_reads(frame, "seen").counted_once for frame in not_once] == [False] * len(not_once)
 
 
 @pytest.mark.slow
@@ -394,6 +396,63 @@ def test_each_row_read_is_counted_once_by_the_write_or_by_a_scan_of_its_own(
 
     assert manifest["status"] == "succeeded"
     assert [e["rows_read"] for e in manifest["work_units"]] == [3] * 4
+
+
+def test_a_projection_writes_each_row_counted_in_its_unit_only_when_it_passes_the_unit_columns_through(spark):
+    observed = (
+        spark.range(3)
+        .selectExpr("id", "'p' AS wm_partition", "'u' AS wm_unit")
+        .observe(Observation("seen"), F.count(F.lit(1)).alias("n"))
+    )
+    partition = re.search(r"wm_partition#\d+", physical_plan(observed)).group()
+
+    as_counted = [
+        observed.selectExpr("id * 2 AS twice", "wm_partition", "wm_unit"),
+        observed.where("wm_partition IS NOT NULL").selectExpr("wm_unit", "wm_partition"),  # the job's own filter
+    ]
+    not_as_counted = [
+        observed.where("id > 0").selectExpr("wm_partition", "wm_unit"),  # rows dropped
+        observed.selectExpr("wm_partition", "upper(wm_unit) AS wm_unit"),  # another unit
+        observed.selectExpr("explode(array(1, 2)) AS copy", "wm_partition", "wm_unit"),  # rows repeated
+        # a literal that prints as the observed attribute, and a bracket that hides the computed one
+        observed.selectExpr(
+            "wm_unit", f"'{partition}, y' AS s", "'(' AS z", "concat(wm_partition, 'X') AS wm_partition", "id"
+        ),
+    ]
+
+    assert [tuple(observed_reads(frame, "seen")) for frame in as_counted] == [(True, True)] * len(as_counted)
+    assert [tuple(observed_reads(frame, "seen")) for frame in not_as_counted] == [(True, False)] * len(not_as_counted)
+
+
+@pytest.mark.slow
+def test_the_counts_per_unit_follow_the_units_not_the_order_the_dag_lists_them_in(spark, tmp_path):
+    """A DAG may list its units in any order (``us`` before ``eu``); a run writes them sorted. Each unit's counts
+    are its own, with unequal counts per unit, whether the write, the read or a scan of their own counts them."""
+    day1, day2 = datetime(2020, 1, 1, tzinfo=UTC), datetime(2020, 1, 2, tzinfo=UTC)
+    rows = [(f"a{i}", "eu", day1 + timedelta(hours=i), day1.date(), i) for i in range(4)]
+    rows += [("b0", "eu", day2, day2.date(), 5)]
+    rows += [(f"c{i}", "us", day2 + timedelta(hours=i + 1), day2.date(), 6 + i) for i in range(2)]
+    write_source(spark, tmp_path / "source", rows)
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=["us", "eu"])
+    day1_key, day2_key = partition_key(iso_ms("2020-01-01")), partition_key(iso_ms("2020-01-02"))
+    expected = {(day1_key, "eu"): 4, (day1_key, "us"): 0, (day2_key, "eu"): 1, (day2_key, "us"): 2}
+
+    partitioned = {"unit_column": "region", "source_partition_column": "event_date"}
+    for name, transform_sql in (
+        ("passed", "SELECT * FROM source"),
+        ("filtered", "SELECT * FROM source WHERE amount >= 0"),
+        ("sorted", "SELECT * FROM source ORDER BY id"),
+    ):
+        manifest = execute(spark, tmp_path, first, name, transform_sql=transform_sql, **partitioned)
+
+        counts = {(e["wm_partition"], e["unit"]): (e["rows_read"], e["rows_written"]) for e in manifest["work_units"]}
+        assert counts == {key: (n, n) for key, n in expected.items()}, name
+        on_disk = Counter((r["wm_partition"], r["wm_unit"]) for r in target_frame(spark, tmp_path).collect())
+        assert on_disk == {key: n for key, n in expected.items() if n}, name
+
+
+def target_frame(spark, tmp_path: Path):
+    return spark.read.parquet(str(tmp_path / "target")).select(*PARTITION_COLUMNS)
 
 
 @pytest.mark.slow
