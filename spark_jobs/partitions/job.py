@@ -469,6 +469,10 @@ class Job:
         written = None if to_write is None or observation is None else observed_below(to_write, observation)
         if written_as_counted and self._counted_reads is not None:
             counts = dict(self._counted_reads[0])
+            # a folder is deleted below only on what it holds of this write, not on what a reading of the plan says
+            emptied = {key for key in keys if not counts.get(key)} - keeping
+            if emptied:
+                counts.update(self._written_rows(emptied))
         elif written is not None:
             counts = {key: int(written[str(i)]) for i, key in enumerate(keys)}
         else:

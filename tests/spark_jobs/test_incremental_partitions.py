@@ -37,6 +37,7 @@ from spark_jobs.common import physical_plan
 from spark_jobs.partitions import Job, partition_key, run
 from spark_jobs.partitions.layout import (
     PARTITION_COLUMNS,
+    ObservedReads,
     load_transform,
     observed_reads,
     partition_dates,
@@ -449,6 +450,29 @@ def test_the_counts_per_unit_follow_the_units_not_the_order_the_dag_lists_them_i
         assert counts == {key: (n, n) for key, n in expected.items()}, name
         on_disk = Counter((r["wm_partition"], r["wm_unit"]) for r in target_frame(spark, tmp_path).collect())
         assert on_disk == {key: n for key, n in expected.items() if n}, name
+
+
+@pytest.mark.slow
+def test_a_folder_the_write_filled_is_never_deleted_as_stale_even_on_a_wrong_reading_of_the_plan(
+    spark, tmp_path, monkeypatch
+):
+    """Should the plan be read wrongly as writing each row in the unit it was read in, a unit that read no rows
+    but got some is not deleted as stale: a folder is deleted only on what it holds of this write."""
+    monkeypatch.setattr("spark_jobs.partitions.job.observed_reads", lambda *_: ObservedReads(True, True))
+    day1 = datetime(2020, 1, 1, tzinfo=UTC)
+    rows = [(f"a{i}", "eu", day1 + timedelta(hours=i), day1.date(), i) for i in range(4)]
+    write_source(spark, tmp_path / "source", rows)
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-02"), units=UNITS)
+    moved = "SELECT id, event_time, wm_partition, 'us' AS wm_unit FROM source"  # every row into unit us
+
+    partitioned = {"unit_column": "region", "source_partition_column": "event_date"}
+    manifest = execute(spark, tmp_path, first, "r1", transform_sql=moved, **partitioned)
+
+    day1_key = partition_key(iso_ms("2020-01-01"))
+    assert Counter((r["wm_partition"], r["wm_unit"]) for r in target_frame(spark, tmp_path).collect()) == {
+        (day1_key, "us"): 4
+    }
+    assert {e["unit"]: e["rows_written"] for e in manifest["work_units"]}["us"] == 4
 
 
 def target_frame(spark, tmp_path: Path):
