@@ -30,6 +30,7 @@ from spark_jobs.partitions.layout import (
     LIST_FOLDERS_UP_TO,
     OBSERVE_UNITS_UP_TO,
     PARTITION_COLUMNS,
+    PLAN_FIELDS,
     ROW_ID,
     ROWS_READ,
     UNIT_BOUND_FIELDS,
@@ -518,6 +519,7 @@ class Job:
 def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    spark.conf.set("spark.sql.debug.maxToStringFields", str(PLAN_FIELDS))  # the plan observed_reads reads
     units: list[dict[str, Any]] = [u.to_json() for u in args.work_units]
     if not units:
         return PartitionsManifest(pipeline=args.pipeline, run_id=args.run_id)

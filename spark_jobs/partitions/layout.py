@@ -31,6 +31,7 @@ __all__ = [
     "LIST_FOLDERS_UP_TO",
     "OBSERVE_UNITS_UP_TO",
     "PARTITION_COLUMNS",
+    "PLAN_FIELDS",
     "ROW_ID",
     "UNIT_BOUNDS",
     "UNIT_BOUND_FIELDS",
@@ -248,6 +249,12 @@ ROWS_READ = "rows_read"
 """The name of the observation of the rows read per work unit and the bad rows (:class:`PlannedRows`)."""
 
 
+PLAN_FIELDS = 1000
+"""How many columns of a projection a plan the job reads lists (``spark.sql.debug.maxToStringFields``, 25 by
+default, beyond which Spark prints ``... n more fields``): :func:`observed_reads` reads a projection's columns
+back one by one."""
+
+
 class ObservedReads(NamedTuple):
     """What the observation of the rows read (:data:`ROWS_READ`) below a frame to write says, from the frame's
     physical plan (:func:`observed_reads`)."""
@@ -275,9 +282,9 @@ def observed_reads(frame: DataFrame, observation: str) -> ObservedReads:
     child outputs (the same ids, ``wm_partition#10``). Example: ``SELECT id, amount, wm_partition, wm_unit FROM
     source``, yes; with ``WHERE amount > 0`` (rows dropped), ``upper(wm_unit) AS wm_unit`` (another unit) or
     ``explode`` (rows repeated), no. A plan prints string literals unquoted and lists at most
-    ``spark.sql.debug.maxToStringFields`` (25) columns of a projection: a projection it cannot read back item by
-    item as ``frame``'s columns (a literal with a comma or a bracket, more columns than that) is not written as
-    counted, and the write counts its rows itself."""
+    ``spark.sql.debug.maxToStringFields`` columns of a projection (the job sets :data:`PLAN_FIELDS`): a projection
+    it cannot read back item by item as ``frame``'s columns (a literal with a comma or a bracket, more columns than
+    that) is not written as counted, and the write counts its rows itself."""
     plan = physical_plan(frame).splitlines()
     operators = [plan_node(line)[0] for line in plan]
     observed = [

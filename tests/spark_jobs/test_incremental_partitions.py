@@ -399,6 +399,20 @@ def test_each_row_read_is_counted_once_by_the_write_or_by_a_scan_of_its_own(
     assert [e["rows_read"] for e in manifest["work_units"]] == [3] * 4
 
 
+@pytest.mark.slow
+def test_a_wide_source_passed_through_is_counted_by_the_read_alone(spark, tmp_path, monkeypatch):
+    """A source of more columns than Spark lists of a projection by default (25) still reads back from the plan."""
+    monkeypatch.setattr(Job, "_observe_written", lambda *_: pytest.fail("the rows read should have counted them"))
+    wide = spark.createDataFrame(events(2), SCHEMA).selectExpr("*", *[f"id AS copy_{i}" for i in range(30)])
+    wide.write.partitionBy("event_date").parquet(str(tmp_path / "source"))
+    first = plan(DAILY, PartitionState.empty(), iso_ms("2020-01-03"), units=UNITS)
+
+    partitioned = {"unit_column": "region", "source_partition_column": "event_date"}
+    manifest = execute(spark, tmp_path, first, "r1", transform_sql="SELECT * FROM source", **partitioned)
+
+    assert [(e["rows_read"], e["rows_written"]) for e in manifest["work_units"]] == [(3, 3)] * 4
+
+
 def test_a_projection_writes_each_row_counted_in_its_unit_only_when_it_passes_the_unit_columns_through(spark):
     observed = (
         spark.range(3)
