@@ -22,6 +22,7 @@ from spark_jobs.common import (
     observed_below,
     path_exists,
     read_dataset,
+    read_dataset_and_schema,
     submit_main,
     with_constants,
 )
@@ -75,9 +76,12 @@ class Job:
         self._counted_reads: tuple[dict[tuple[str, str], int], int] | None = None
         if not path_exists(spark, args.source):
             raise ValueError(f"source {args.source} does not exist (an empty folder is a source without rows)")
-        self.source = read_dataset(spark, args.source, args.source_format)
+        # the schema read once (over Spark Connect each schema of a new frame is a round trip, with a listing)
+        read = read_dataset_and_schema(spark, args.source, args.source_format)
+        self.source: DataFrame | None = None if read is None else read[0]
+        self.source_columns: list[str] = [] if read is None else read[1].names
         self.time_type: Any = None
-        if self.source is None:
+        if read is None:
             return
         missing = [
             f"{argument}={name!r}"
@@ -86,11 +90,11 @@ class Job:
                 ("unit_column", args.unit_column),
                 ("source_partition_column", args.source_partition_column),
             )
-            if name and name not in self.source.columns
+            if name and name not in self.source_columns
         ]
         if missing:
-            raise ValueError(f"source {args.source} has no column {', '.join(missing)}; it has {self.source.columns}")
-        self.time_type = self.source.schema[args.time_column].dataType
+            raise ValueError(f"source {args.source} has no column {', '.join(missing)}; it has {self.source_columns}")
+        self.time_type = read[1][args.time_column].dataType
         parse_time(ident(args.time_column), self.time_type, f"time_column={args.time_column!r}")  # fails early
 
     def _work_units_frame(self, units: list[dict[str, Any]]) -> DataFrame:
@@ -155,7 +159,7 @@ class Job:
     def _plan_rows(self, units: list[dict[str, Any]]) -> PlannedRows:
         assert self.source is not None, "a source without rows has no rows to read"
         intervals = merged_intervals(units)
-        condition = read_filter(self.source, self.args, intervals)
+        condition = read_filter(self.time_type, self.args, intervals)
         frame = self.source if condition is None else self.source.where(condition)
         constants = {}
         if self.checks_units():
@@ -182,7 +186,7 @@ class Job:
             ),
         )
         assigned = self._assign_units(timed, units)
-        columns = [c for c in self.source.columns if c not in PARTITION_COLUMNS]
+        columns = [c for c in self.source_columns if c not in PARTITION_COLUMNS]
         observed, to_write = None, assigned
         # a Python transformation may run Spark actions on its input before it returns: the first one would fill
         # the observation
@@ -300,9 +304,9 @@ class Job:
         if self.source is not None:
             read = self.rows(self.units).read
             bad = read.where("wm_reason IS NOT NULL").selectExpr(
-                *[ident(c) for c in self.source.columns], "wm_reason AS reason"
+                *[ident(c) for c in self.source_columns], "wm_reason AS reason"
             )
-            bad = with_row_ids(bad, self.source.columns)
+            bad = with_row_ids(bad, self.source_columns)
             if existing is not None:
                 known = existing.where(stored_version < version).select(ROW_ID).distinct()
                 bad = bad.join(known.withColumn("wm_seen_before", F.lit(True)), on=ROW_ID, how="left").withColumn(

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    DataType,
     DateType,
     IntegralType,
     LongType,
@@ -127,11 +128,12 @@ def _utc(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
-def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tuple[int, int]]) -> Column | None:
-    """Partition pruning and predicate pushdown for ``intervals``; rows whose time is null or outside the valid
-    range stay in (quarantine). The time bounds are left out when the pruning selects exactly the intervals' rows
-    (:func:`prunes_exactly`): a pushed filter is also evaluated in the scan's generated code, and its bounds, which
-    change with every scheduled run, made every run compile its scan again."""
+def read_filter(raw_type: DataType, args: PartitionsRequest, intervals: list[tuple[int, int]]) -> Column | None:
+    """Partition pruning and predicate pushdown for ``intervals`` over a source whose ``time_column`` is of type
+    ``raw_type``; rows whose time is null or outside the valid range stay in (quarantine). The time bounds are left
+    out when the pruning selects exactly the intervals' rows (:func:`prunes_exactly`): a pushed filter is also
+    evaluated in the scan's generated code, and its bounds, which change with every scheduled run, made every run
+    compile its scan again."""
     conditions: list[Column] = []
     if args.source_partition_column:
         # partition values are dates, in ``source_partition_timezone`` when the request names it (exactly the dates
@@ -140,7 +142,6 @@ def read_filter(source: DataFrame, args: PartitionsRequest, intervals: list[tupl
         pcol = F.try_to_date(F.col(args.source_partition_column))
         windows = [(pcol >= F.lit(first)) & (pcol <= F.lit(last)) for first, last in partition_dates(args, intervals)]
         conditions.append(pcol.isNull() | any_of(windows))
-    raw_type = source.schema[args.time_column].dataType
     raw = F.col(args.time_column)
     if isinstance(raw_type, (TimestampType, TimestampNTZType)):
         bounds = [(raw >= F.lit(_utc(a))) & (raw < F.lit(_utc(b))) for a, b in intervals]
