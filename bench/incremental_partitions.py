@@ -39,6 +39,13 @@
     .venv/bin/python bench/incremental_partitions.py                      # default: 20M rows, a few minutes
     .venv/bin/python bench/incremental_partitions.py --rows 2000000       # quick check
     .venv/bin/python bench/incremental_partitions.py --work-dir /tmp/bench-partitions   # keep and reuse the source
+    .venv/bin/python bench/incremental_partitions.py --connect    # job and floor as clients of a Spark Connect server
+
+``--connect``: the Spark part in a Spark Connect session instead, on a server of its own started like the embedded
+one (the product's default run mode: the operators run the job as a client of it), job and floor both clients;
+seconds only there (a Connect client has no status tracker to count Spark jobs, nor the physical scan the source
+read line reports), written to ``bench/results/incremental_partitions_connect.json`` unless ``--output`` says
+otherwise.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from timing import Measured, compare, write_results
+from windowed_aggregate import compare_seconds, connect_session
 
 from airflow_provider_wm.contracts import PartitionsRequest, WorkUnitRequest
 from airflow_provider_wm.contracts.jobs import CLASSIC_CONF
@@ -340,13 +348,26 @@ def row(
 
 def bench_job(args: argparse.Namespace) -> dict[str, Any]:
     per_day = -(-args.rows // args.days)  # at least --rows
-    spark = session(args.master, args.driver_memory)
+    server = None
+    if args.connect:
+        spark, server = connect_session(args)
+        spark.conf.set("spark.sql.session.timeZone", "UTC")  # the generator's dates are UTC dates
+    else:
+        spark = session(args.master, args.driver_memory)
+
+    def timed(
+        repeat: int, job: Callable[[], Any], floor: Callable[[], Any], warmup: int = 0
+    ) -> tuple[Measured, Measured]:
+        if args.connect:
+            return compare_seconds(repeat, job, floor, warmup)
+        return compare(spark, repeat, job, floor, warmup=warmup)
+
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench-partitions-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         print(
             f"\n2. Spark job: {per_day * args.days:,} rows over {args.days} days, units {UNITS}, "
-            f"master {args.master} ({spark.sparkContext.defaultParallelism} cores), best of {args.spark_repeat} "
+            f"master {args.master}{' (Spark Connect)' if args.connect else ''}, best of {args.spark_repeat} "
             f"(day-2 run: best of {args.day2_repeat} after {DAY2_WARMUP} untimed call(s))"
         )
         prepare_source(spark, work, args.days, per_day)
@@ -375,9 +396,9 @@ def bench_job(args: argparse.Namespace) -> dict[str, Any]:
             floor_targets.append(work / "floor" / f"first-{len(floor_targets)}")
             native_floor(spark, work, first_days, floor_targets[-1])
 
-        first_m, first_floor_m = compare(spark, args.spark_repeat, first_job, first_floor)
+        first_m, first_floor_m = timed(args.spark_repeat, first_job, first_floor)
         target, floor_target = targets[-1], floor_targets[-1]
-        first_scan = scan_selection(spark, work, "first", target)
+        first_scan = "n/a (Spark Connect)" if args.connect else scan_selection(spark, work, "first", target)
 
         state = PartitionState.empty().apply(succeeded(first_plan))
         events(spark, args.days, 1, per_day).write.mode("append").partitionBy("event_date").parquet(
@@ -405,15 +426,15 @@ def bench_job(args: argparse.Namespace) -> dict[str, Any]:
         def day2_floor() -> None:  # the source partitions of the call's plan, into the first floor's target
             native_floor(spark, work, source_days(next_plan("floor")), floor_target)
 
-        day2_m, day2_floor_m = compare(spark, args.day2_repeat, day2_job, day2_floor, warmup=DAY2_WARMUP)
-        day2_scan = scan_selection(spark, work, "day2", target)
+        day2_m, day2_floor_m = timed(args.day2_repeat, day2_job, day2_floor, warmup=DAY2_WARMUP)
+        day2_scan = "n/a (Spark Connect)" if args.connect else scan_selection(spark, work, "day2", target)
 
         def day2_view_job() -> None:  # SELECT *: wider rows than the other targets', so a target of its own
             manifests["day2_view"] = execute(
                 spark, work, next_plan("view"), "day2-view", work / "target" / "view", VIEW_COLUMNS
             )[0]
 
-        view_m, view_floor_m = compare(spark, args.day2_repeat, day2_view_job, day2_floor, warmup=DAY2_WARMUP)
+        view_m, view_floor_m = timed(args.day2_repeat, day2_view_job, day2_floor, warmup=DAY2_WARMUP)
 
         runs = {
             "day2": row(
@@ -441,7 +462,7 @@ def bench_job(args: argparse.Namespace) -> dict[str, Any]:
                 f" {r['ratio']:>6.2f} {'<= ' + format(target, 'g') if target else '':>7}  {r['scan']}"
             )
         print(f"   day-2 / first: {day2_m.seconds / first_m.seconds:.3f}")
-        for label, measured in (("day-2 run", day2_m), ("first run", first_m)):
+        for label, measured in (("day-2 run", day2_m), ("first run", first_m)) if not args.connect else ():
             print(f"\n   {label}: the job's longest Spark jobs (last call)\n{measured.summary()}")
         return {
             "rows_option": args.rows,
@@ -453,6 +474,8 @@ def bench_job(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         spark.stop()
+        if server is not None:
+            server.stop()
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -470,6 +493,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None, help="the JSON results (default bench/results/)")
     parser.add_argument("--fail-every", type=int, default=500, help="1 in N hourly work units failed in the state")
     parser.add_argument("--skip-spark", action="store_true", help="only the planning part")
+    parser.add_argument("--connect", action="store_true", help="in a Spark Connect session (seconds only)")
     args = parser.parse_args()
     if args.rows < args.days:
         parser.error(f"--rows={args.rows} must be at least --days={args.days}")
@@ -478,7 +502,11 @@ def main() -> None:
         return
     job = bench_job(args)
     document = {
-        "mode": f"job in-process (spark_jobs.partitions.run) on a classic session, {args.master}",
+        "mode": (
+            f"job and floor as clients of a Spark Connect server, {args.master}; seconds only"
+            if args.connect
+            else f"job in-process (spark_jobs.partitions.run) on a classic session, {args.master}"
+        ),
         "repeat": args.spark_repeat,
         "day2_repeat": args.day2_repeat,
         "day2_warmup": DAY2_WARMUP,
@@ -488,7 +516,8 @@ def main() -> None:
         "headline": "day2",
         "worst_ratio": job["runs"]["day2"]["ratio"],
     }
-    print(f"\nwrote {write_results('incremental_partitions', document, args.output)}")
+    name = "incremental_partitions_connect" if args.connect else "incremental_partitions"
+    print(f"\nwrote {write_results(name, document, args.output)}")
     print(f"ratio={job['runs']['day2']['ratio']:.2f}")
 
 
