@@ -60,6 +60,8 @@ def get_session() -> SparkSession:
     return SparkSession.builder.getOrCreate()
 
 
+PARTITION_TYPES = "spark.sql.sources.partitionColumnTypeInference.enabled"
+"""Whether Spark types a dataset's partition columns from their folder names (else each is a string)."""
 PARQUET_TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
 """How Spark writes a timestamp column to Parquet. Its default, ``INT96``, is deprecated by Parquet and read by
 other engines (pyarrow, pandas, DuckDB) as a time without a zone; a job writes ``TIMESTAMP_MICROS`` (a UTC instant
@@ -272,7 +274,9 @@ def read_dataset_and_schema(
     if not path_exists(spark, path):
         return None
     merges = str(spark.conf.get("spark.sql.parquet.mergeSchema", "false")).lower() == "true"
-    stored = None if merges else stored_spark_schema(path, data_format)
+    # a job output's partition columns have the types of its schema document (below), not a string
+    typed = job_output or str(spark.conf.get(PARTITION_TYPES, "true")).lower() != "false"
+    stored = None if merges else stored_spark_schema(path, data_format, partition_types_inferred=typed)
     if stored is None and not merges and job_output and data_format == "parquet":
         document = read_schema_document(path)
         stored = None if document is None else StructType.fromJson(document)

@@ -34,7 +34,7 @@ from typing import Any
 import fsspec
 from pyarrow import ArrowException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DataType, DoubleType, FloatType, IntegralType, StructField, StructType
+from pyspark.sql.types import DataType, DoubleType, FloatType, IntegralType, StringType, StructField, StructType
 
 from airflow_provider_wm.contracts import UnreadableFile
 
@@ -138,35 +138,62 @@ SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 """The footer key under which Spark stores the schema of a Parquet file it wrote (and reads it back from)."""
 
 
-def stored_spark_schema(path: str, data_format: str) -> StructType | None:
+def stored_spark_schema(path: str, data_format: str, partition_types_inferred: bool = True) -> StructType | None:
     """The schema Spark would infer for the Parquet dataset at ``path``, read on the driver from one footer, or
     ``None`` when only Spark can tell (then it infers it, a Spark job of its own).
 
     Spark infers a Parquet dataset's schema from one data file's footer (unless ``mergeSchema``), and when Spark
     wrote that file the footer holds Spark's own schema (:data:`SPARK_SCHEMA_KEY`), which it takes as it is. So
-    for a folder of data files only (no partition folders, whose columns Spark infers from their names), the
-    first data file by name, when Spark wrote it, gives the same schema without a Spark job. Anything else
-    (another format, partition folders, no data file, a file Spark did not write or cannot read) is ``None``.
+    the first data file by name, when Spark wrote it, gives the same schema without a Spark job. Partition folders
+    (``day=2026-01-01``) add their columns after the footer's, in the order of their levels; when Spark does not
+    infer their types (``partition_types_inferred`` false: ``spark.sql.sources.partitionColumnTypeInference.enabled``
+    off) each is a string, else only Spark can tell. Anything else (another format, a level that mixes folders and
+    files or names two columns, a partition column the footer also has, no data file, a file Spark did not write or
+    cannot read) is ``None``.
 
-    E.g. a folder that Spark's ``df.write.parquet`` filled: its schema; one pandas wrote: ``None``.
+    E.g. a folder that Spark's ``df.write.parquet`` filled: its schema; one pandas wrote: ``None``; one of
+    ``df.write.partitionBy("day")`` with partition types not inferred: its schema and ``day`` as a string.
     """
     if data_format != "parquet":
         return None
     try:
-        fs, root = fsspec.core.url_to_fs(path)
-        entries = fs.ls(root, detail=True) if fs.isdir(root) else [fs.info(root)]
-        visible = [e for e in entries if not _hidden(e["name"].rstrip("/").rsplit("/", 1)[-1])]
-        if not visible or any(e["type"] == "directory" for e in visible):
+        fs, folder = fsspec.core.url_to_fs(path)
+        partitions: list[str] = []
+        while True:
+            entries = fs.ls(folder, detail=True) if fs.isdir(folder) else [fs.info(folder)]
+            visible = [e for e in entries if not _hidden(_base_name(e["name"]))]
+            folders = [e for e in visible if e["type"] == "directory"]
+            if not visible or not folders:
+                break
+            names = [_base_name(e["name"]) for e in folders]
+            columns = {name.partition("=")[0] for name in names}
+            if partition_types_inferred or len(folders) != len(visible) or len(columns) != 1 or "=" not in names[0]:
+                return None
+            partitions.append(columns.pop())
+            folder = min(e["name"] for e in folders)
+        if not visible:
             return None
         from pyarrow import parquet
 
         with fs.open(min(e["name"] for e in visible), "rb") as handle:
             metadata = parquet.read_metadata(handle).metadata or {}
         stored = metadata.get(SPARK_SCHEMA_KEY)
-        return None if stored is None else StructType.fromJson(json.loads(stored))
+        if stored is None:
+            return None
+        schema = StructType.fromJson(json.loads(stored))
+        taken = {name.lower() for name in schema.names}
+        if any("%" in p or p.lower() in taken for p in partitions) or len({p.lower() for p in partitions}) < len(
+            partitions
+        ):  # an escaped name, or a column of both kinds: Spark's rules
+            return None
+        return StructType([*schema.fields, *(StructField(p, StringType(), True) for p in partitions)])
     except (ArrowException, OSError, ValueError, KeyError, TypeError, ImportError) as exc:  # Spark infers it
         log.debug("no stored Spark schema for %s (%s): Spark infers it", path, exc)
         return None
+
+
+def _base_name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _hidden(name: str) -> bool:

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from airflow_provider_wm.contracts import PartitionsManifest, PartitionsRequest
 from airflow_provider_wm.core.partitions import DAY_MS, QuarantineReason
 from spark_jobs.common import (
+    PARTITION_TYPES,
     Observed,
     delete_path,
     job_session,
@@ -522,7 +523,7 @@ class Job:
 
 def _run(spark: SparkSession, args: PartitionsRequest) -> PartitionsManifest:
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    spark.conf.set(PARTITION_TYPES, "false")
     spark.conf.set("spark.sql.debug.maxToStringFields", str(PLAN_FIELDS))  # the plan observed_reads reads
     units: list[dict[str, Any]] = [u.to_json() for u in args.work_units]
     if not units:

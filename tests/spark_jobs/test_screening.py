@@ -97,6 +97,28 @@ def test_spark_infers_the_schema_of_a_folder_it_did_not_write_or_of_partition_fo
     assert read is not None and read[1] == spark.read.parquet(partitioned).schema  # day as Spark types it
 
 
+def test_partition_folders_add_string_columns_to_the_footers_schema_when_spark_does_not_type_them(spark, tmp_path):
+    partitioned = str(tmp_path / "partitioned")
+    spark.sql("SELECT id, id % 2 AS day, 'eu' AS region FROM range(4)").write.partitionBy("day", "region").parquet(
+        partitioned
+    )
+    (tmp_path / "partitioned" / "_SUCCESS").touch(exist_ok=True)
+    inference = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    previous = spark.conf.get(inference)  # the partitions job turns it off in the session it runs on
+    spark.conf.set(inference, "false")
+    try:
+        stored = stored_spark_schema(partitioned, "parquet", partition_types_inferred=False)
+        inferred = spark.read.parquet(partitioned)
+        read = read_dataset_and_schema(spark, partitioned)
+
+        assert stored is not None and stored.simpleString() == inferred.schema.simpleString()  # in level order
+        assert read is not None and read[1] == inferred.schema
+        assert sorted(read[0].collect()) == sorted(inferred.collect())
+    finally:
+        spark.conf.set(inference, previous)
+    assert stored_spark_schema(partitioned, "parquet") is None  # Spark types them: only Spark can tell
+
+
 def controller_request(tmp_path: Path, marks: str, segments: str, round_name: str, state_in: str | None):
     return ControllerRequest(
         controller="test",
