@@ -134,6 +134,8 @@ def load(spark: SparkSession, path: str, data_format: str, schema: StructType | 
     return reader.load(screened.files)
 
 
+SUMMARY_FILES = frozenset({"_metadata", "_common_metadata"})
+"""Parquet summary files, whose schema Spark reads before any data file's (legacy writers leave them)."""
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 """The footer key under which Spark stores the schema of a Parquet file it wrote (and reads it back from)."""
 
@@ -144,12 +146,12 @@ def stored_spark_schema(path: str, data_format: str, partition_types_inferred: b
 
     Spark infers a Parquet dataset's schema from one data file's footer (unless ``mergeSchema``), and when Spark
     wrote that file the footer holds Spark's own schema (:data:`SPARK_SCHEMA_KEY`), which it takes as it is. So
-    the first data file by name, when Spark wrote it, gives the same schema without a Spark job. Partition folders
+    the first data file by path, when Spark wrote it, gives the same schema without a Spark job. Partition folders
     (``day=2026-01-01``) add their columns after the footer's, in the order of their levels; when Spark does not
     infer their types (``partition_types_inferred`` false: ``spark.sql.sources.partitionColumnTypeInference.enabled``
     off) each is a string, else only Spark can tell. Anything else (another format, a level that mixes folders and
-    files or names two columns, a partition column the footer also has, no data file, a file Spark did not write or
-    cannot read) is ``None``.
+    files or names two columns, a partition column the footer also has, a summary file in a folder on the way to
+    that first file, no data file, a file Spark did not write or cannot read) is ``None``.
 
     E.g. a folder that Spark's ``df.write.parquet`` filled: its schema; one pandas wrote: ``None``; one of
     ``df.write.partitionBy("day")`` with partition types not inferred: its schema and ``day`` as a string.
@@ -161,6 +163,8 @@ def stored_spark_schema(path: str, data_format: str, partition_types_inferred: b
         partitions: list[str] = []
         while True:
             entries = fs.ls(folder, detail=True) if fs.isdir(folder) else [fs.info(folder)]
+            if SUMMARY_FILES & {_base_name(e["name"]) for e in entries}:  # Spark's schema comes from those first
+                return None
             visible = [e for e in entries if not _hidden(_base_name(e["name"]))]
             folders = [e for e in visible if e["type"] == "directory"]
             if not visible or not folders:
@@ -170,7 +174,8 @@ def stored_spark_schema(path: str, data_format: str, partition_types_inferred: b
             if partition_types_inferred or len(folders) != len(visible) or len(columns) != 1 or "=" not in names[0]:
                 return None
             partitions.append(columns.pop())
-            folder = min(e["name"] for e in folders)
+            # the folder of Spark's first file by path: "a" before "a-b", as "a/..." sorts before "a-b/..."
+            folder = min(folders, key=lambda e: e["name"].rstrip("/") + "/")["name"]
         if not visible:
             return None
         from pyarrow import parquet

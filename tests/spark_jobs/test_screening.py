@@ -119,6 +119,31 @@ def test_partition_folders_add_string_columns_to_the_footers_schema_when_spark_d
     assert stored_spark_schema(partitioned, "parquet") is None  # Spark types them: only Spark can tell
 
 
+def test_the_footer_of_spark_s_first_file_by_path_gives_the_schema_and_a_summary_file_leaves_it_to_spark(
+    spark, tmp_path
+):
+    """Spark takes the footer of the first file by full path: ``region=eu-west/...`` sorts before ``region=eu/...``
+    (``-`` before ``/``), so the schema has the column only that folder's files have. A summary file comes first."""
+    evolved = tmp_path / "evolved"
+    spark.sql("SELECT id FROM range(2)").write.parquet(str(evolved / "region=eu"))
+    spark.sql("SELECT id, 'x' AS extra FROM range(2)").write.parquet(str(evolved / "region=eu-west"))
+    summarised = tmp_path / "summarised"
+    spark.sql("SELECT id FROM range(2)").write.parquet(str(summarised / "day=1"))
+    (summarised / "_common_metadata").write_bytes((evolved / "region=eu" / "_SUCCESS").read_bytes())
+    inference = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    previous = spark.conf.get(inference)
+    spark.conf.set(inference, "false")
+    try:
+        inferred = spark.read.parquet(str(evolved)).schema
+        stored = stored_spark_schema(str(evolved), "parquet", partition_types_inferred=False)
+    finally:
+        spark.conf.set(inference, previous)
+
+    assert stored is not None and stored.simpleString() == inferred.simpleString()
+    assert inferred.simpleString() == "struct<id:bigint,extra:string,region:string>"
+    assert stored_spark_schema(str(summarised), "parquet", partition_types_inferred=False) is None
+
+
 def controller_request(tmp_path: Path, marks: str, segments: str, round_name: str, state_in: str | None):
     return ControllerRequest(
         controller="test",
