@@ -199,6 +199,7 @@ RENDERERS: dict[str, tuple[Callable[[dict[str, Any]], str], str]] = {
     "windowed_aggregate": (_windowed, "python bench/windowed_aggregate.py"),
     "windowed_aggregate_connect": (_windowed, "python bench/windowed_aggregate.py --connect"),
     "rollup": (_rollup, "python bench/rollup.py"),
+    "rollup_connect": (_rollup, "python bench/rollup.py --connect"),
     "incremental_partitions": (_partitions, "python bench/incremental_partitions.py"),
     "incremental_partitions_connect": (_partitions, "python bench/incremental_partitions.py --connect"),
 }

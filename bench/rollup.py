@@ -20,16 +20,23 @@ one classic Spark session (``local[2]`` by default), the jobs in-process (``spar
   first run has none: it needs no pick unless a pane row repeats an upstream window), then the sum per hour and
   the write.
 
+``--connect``: the same in a Spark Connect session instead, on a server of its own started like the embedded one
+(the product's default run mode: the operators run the job as a client of it), job and floor both clients;
+seconds only there (a Connect client has no status tracker to count Spark jobs), written to
+``bench/results/rollup_connect.json`` unless ``--output`` says otherwise.
+
 Job and floor run alternately, each the best of ``--repeat`` (the 5-minute aggregate) or ``--repeat-short`` (the
 rollups, under a second each) after ``--warmup`` untimed calls of both (a warm JVM, as a long-lived Spark Connect
-server is; here 10 by default: in a new JVM the rollup's calls get faster for about a dozen calls, 0.97 s to
-0.48 s, and the native rollup's for about eight, 0.55 s to 0.26 s, so after two the job was still warming while
-its floor had about done); the bench prints its seconds, Spark jobs and stages
-(job and floor), the rows each run read (the manifests' ``events_read``: events vs panes), the job's longest Spark
-jobs, checks that the rollup's revenue summed over all hourly panes equals ``sum(amount)`` over all events, writes
-``bench/results/rollup.json`` (or ``--output``) and ends with ``ratio=<rollup / native rollup>``.
+server is; here 50 by default: in a new JVM both keep getting faster for about fifty calls, the rollup's best of
+ten calls from 0.71 s (its first ten) to 0.36 s (calls 51-60), the native rollup's from 0.31 s to 0.19 s, and their
+ratio of the ten calls after ten untimed ones, 2.07, was 1.84-1.98 from the fiftieth call on); the bench prints
+its seconds, Spark jobs and stages (job and floor), the rows each run read (the manifests' ``events_read``: events
+vs panes), the job's longest Spark jobs, checks that the rollup's revenue summed over all hourly panes equals
+``sum(amount)`` over all events, writes ``bench/results/rollup.json`` (or ``--output``) and ends with
+``ratio=<rollup / native rollup>``.
 
     python bench/rollup.py --events 20000000
+    python bench/rollup.py --connect
 """
 
 from __future__ import annotations
@@ -38,12 +45,21 @@ import itertools
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
 from timing import Measured, compare, write_results
-from windowed_aggregate import DAY_MS, T0_MS, events_arguments, events_session, generate
+from windowed_aggregate import (
+    DAY_MS,
+    T0_MS,
+    compare_seconds,
+    connect_session,
+    events_arguments,
+    events_session,
+    generate,
+)
 
 from airflow_provider_wm.core.windowing import (
     Accumulation,
@@ -110,9 +126,22 @@ def row(label: str, rows_read: int, job: Measured, floor: Measured, target: floa
 def main() -> None:
     parser = events_arguments(__doc__)
     parser.add_argument("--output", type=Path, default=None, help="the JSON results (default bench/results/)")
-    parser.set_defaults(warmup=10)  # the rollups' code paths warm for about a dozen calls (module docstring)
+    parser.add_argument("--connect", action="store_true", help="in a Spark Connect session (seconds only)")
+    parser.set_defaults(warmup=50)  # the rollups' code paths warm for about fifty calls (module docstring)
     args = parser.parse_args()
-    spark = events_session(args, "bench-rollup")
+    server = None
+    if args.connect:
+        spark, server = connect_session(args)
+    else:
+        spark = events_session(args, "bench-rollup")
+
+    def timed(
+        job: Callable[[], Any], floor: Callable[[], Any], repeat: int, warmup: int = 0
+    ) -> tuple[Measured, Measured]:
+        if args.connect:
+            return compare_seconds(repeat, job, floor, warmup)
+        return compare(spark, repeat, job, floor, warmup=warmup)
+
     work = Path(tempfile.mkdtemp(prefix="bench-rollup-"))
     try:
         events = str(work / "events")
@@ -169,9 +198,9 @@ def main() -> None:
             ).write.mode("overwrite").parquet(str(work / "native_pick"))
 
         baseline()  # warm the file cache (and the JVM) for all
-        aggregate_m, baseline_m = compare(spark, args.repeat, aggregate, baseline)
-        rollup_m, native_m = compare(spark, args.repeat_short, rollup, native_rollup, warmup=args.warmup)
-        pick_job_m, pick_m = compare(spark, args.repeat_short, rollup, native_pick, warmup=args.warmup)
+        aggregate_m, baseline_m = timed(aggregate, baseline, args.repeat)
+        rollup_m, native_m = timed(rollup, native_rollup, args.repeat_short, args.warmup)
+        pick_job_m, pick_m = timed(rollup, native_pick, args.repeat_short, args.warmup)
 
         pane_rows = manifests["rollup"]["totals"]["events_read"]
         runs = {
@@ -193,7 +222,9 @@ def main() -> None:
         of_aggregate = rollup_m.seconds / aggregate_m.seconds
         print(f"rollup / 5-min aggregate: {of_aggregate:.1%}; native rollup / native 5-min aggregate: "
               f"{native_m.seconds / baseline_m.seconds:.1%}")  # fmt: skip
-        for label, measured in (("hourly rollup", rollup_m), ("5-min aggregate", aggregate_m)):
+        for label, measured in (
+            (("hourly rollup", rollup_m), ("5-min aggregate", aggregate_m)) if not args.connect else ()
+        ):
             print(f"\n{label}: the job's longest Spark jobs (last call)\n{measured.summary()}")
 
         rolled = spark.read.parquet(manifests["rollup"]["output"]).where("NOT retraction")
@@ -205,7 +236,11 @@ def main() -> None:
             f"{source[1]:,} events (orders: {hourly[1]:,})"
         )
         document = {
-            "mode": f"job in-process (spark_jobs.windowed.run_request) on a classic session, {args.master}",
+            "mode": (
+                f"job and floor as clients of a Spark Connect server, {args.master}; seconds only"
+                if args.connect
+                else f"job in-process (spark_jobs.windowed.run_request) on a classic session, {args.master}"
+            ),
             "events": args.events,
             "keys": args.keys,
             "repeat": args.repeat,
@@ -216,10 +251,13 @@ def main() -> None:
             "headline": "rollup",
             "worst_ratio": runs["rollup"]["ratio"],
         }
-        print(f"\nwrote {write_results('rollup', document, args.output)}")
+        name = "rollup_connect" if args.connect else "rollup"
+        print(f"\nwrote {write_results(name, document, args.output)}")
         print(f"ratio={runs['rollup']['ratio']:.2f}")
     finally:
         spark.stop()
+        if server is not None:
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
